@@ -1,0 +1,98 @@
+"""Configuration: mem0's dict shape where it overlaps, validated once, immutable after."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from engramdb.errors import ConfigError, UnknownProviderError
+
+__all__ = [
+    "SUPPORTED_STORES",
+    "EngramConfig",
+    "Limits",
+    "ProviderConfig",
+    "default_home",
+    "parse_config",
+]
+
+SUPPORTED_STORES = ("sqlite",)
+
+
+def default_home() -> Path:
+    """``$ENGRAM_HOME`` or ``~/.engramdb``: where the default database lives."""
+    return Path(os.environ.get("ENGRAM_HOME") or Path.home() / ".engramdb").expanduser()
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProviderConfig(_Frozen):
+    """``{"provider": name, "config": {...}}`` as in mem0."""
+
+    provider: str
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class Limits(_Frozen):
+    """Input limits; a call over them raises instead of storing anything."""
+
+    max_text_chars: int = Field(default=20_000, gt=0)
+    """Longest memory text or message content, in characters."""
+    max_messages: int = Field(default=500, gt=0)
+    """Most messages in one ``add()`` call."""
+
+
+class EngramConfig(_Frozen):
+    """The whole configuration of a :class:`~engramdb.Memory`."""
+
+    vector_store: ProviderConfig = ProviderConfig(provider="sqlite")
+    embedder: ProviderConfig = ProviderConfig(provider="local")
+    llm: ProviderConfig | None = None
+    limits: Limits = Limits()
+    version: str | None = None
+    """Accepted for mem0 compatibility; ignored."""
+    history_db_path: str | None = None
+    """Accepted for mem0 compatibility; history lives in the store itself."""
+
+    def store_path(self) -> Path:
+        """The SQLite file this configuration points at."""
+        path = self.vector_store.config.get("path") or self.vector_store.config.get("db_path")
+        return Path(path).expanduser() if path else default_home() / "engram.db"
+
+
+def parse_config(config: EngramConfig | dict[str, Any] | None, path: str | Path | None) -> EngramConfig:
+    """Validate a mem0-shaped config dict; ``path`` overrides the store's path."""
+    if isinstance(config, EngramConfig):
+        cfg = config
+    else:
+        try:
+            cfg = EngramConfig.model_validate(config or {})
+        except pydantic.ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ConfigError(f"invalid configuration: {problems}") from None
+    if cfg.vector_store.provider not in SUPPORTED_STORES:
+        raise UnknownProviderError("vector_store", cfg.vector_store.provider, list(SUPPORTED_STORES))
+    unknown = set(cfg.vector_store.config) - {"path", "db_path", "busy_timeout", "max_cached_vectors"}
+    if unknown:
+        raise ConfigError(
+            f"unknown sqlite vector_store option(s) {sorted(unknown)}; accepted: path, "
+            "busy_timeout, max_cached_vectors"
+        )
+    if path is not None:
+        cfg = cfg.model_copy(
+            update={
+                "vector_store": ProviderConfig(
+                    provider="sqlite", config={**cfg.vector_store.config, "path": str(path)}
+                )
+            }
+        )
+    return cfg

@@ -1,0 +1,1173 @@
+"""The embedded store: one SQLite file in WAL mode.
+
+Concurrency model: every thread gets its own connection; every write opens
+with ``BEGIN IMMEDIATE`` so the write lock is taken up front and waits out
+other writers through ``busy_timeout`` (a deferred transaction that later
+upgrades its lock fails with "database is locked" instead of waiting).
+Several processes may share the file the same way.
+
+Vectors live in the file (float32 BLOBs) and are searched through in-memory
+:class:`~engramdb.core.vectors.VectorIndex` caches, one per primary scope id.
+A store-wide change counter (``meta.seq``, bumped by every write and copied
+into each changed row) lets a cache catch up with writes from any process by
+reading only the rows changed since it last looked; a purge or reset bumps
+``meta.epoch`` and drops every cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engramdb.core.filters import Node, compile_sqlite
+from engramdb.core.vectors import VectorIndex
+from engramdb.errors import (
+    ConflictError,
+    DuplicateMemoryError,
+    EmbedderMismatchError,
+    ImportFormatError,
+    MemoryNotFoundError,
+    SchemaVersionError,
+    StoreError,
+    VersionNotFoundError,
+)
+from engramdb.stores.base import (
+    AddOutcome,
+    HistoryEvent,
+    MemoryRow,
+    NewMemory,
+    NewMessage,
+    RestorePlan,
+    Scope,
+)
+from engramdb.stores.sqlite_schema import LATEST, MIGRATIONS
+
+__all__ = ["SQLiteStore", "utc_now"]
+
+log = logging.getLogger("engramdb.store")
+
+F32 = np.dtype("<f4")
+
+_COLS = (
+    "m.rowid, m.id, m.text, m.hash, m.user_id, m.agent_id, m.run_id, m.actor_id, m.role, "
+    "m.attributed_to, m.memory_type, m.metadata, m.created_at, m.updated_at, m.observed_at, "
+    "m.expires_at, m.deleted_at, m.version"
+)
+
+
+def utc_now() -> str:
+    """Current time as the ISO-8601 UTC string every timestamp column uses."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _vec_blob(vec: np.ndarray[Any, Any]) -> bytes:
+    return np.ascontiguousarray(vec, dtype=F32).tobytes()
+
+
+def _live_clause(now: str) -> tuple[str, list[Any]]:
+    return "m.deleted_at IS NULL AND (m.expires_at IS NULL OR m.expires_at > ?)", [now]
+
+
+def _scope_clause(scope: Scope) -> tuple[str, list[Any]]:
+    """SQL over alias ``m`` matching every id of ``scope`` (attached sessions count)."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for kind, value in scope.items():
+        if kind == "user_id":
+            parts.append("m.user_id = ?")
+            params.append(value)
+        else:
+            parts.append(
+                f"(m.{kind} = ? OR EXISTS (SELECT 1 FROM memory_scope s WHERE "
+                "s.memory_rowid = m.rowid AND s.kind = ? AND s.value = ?))"
+            )
+            params.extend([value, kind, value])
+    return " AND ".join(parts) or "1", params
+
+
+class _Cache:
+    """A vector index for one primary scope id, and how current it is."""
+
+    __slots__ = ("index", "seq")
+
+    def __init__(self, dim: int) -> None:
+        self.index = VectorIndex(dim)
+        self.seq = 0
+
+
+class SQLiteStore:
+    """A :class:`~engramdb.stores.base.Store` on one SQLite file."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        busy_timeout_s: float = 30.0,
+        max_cached_vectors: int = 2_000_000,
+    ) -> None:
+        """Open (creating and migrating if needed) the database at ``path``."""
+        self.path = Path(path).expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._busy_ms = int(busy_timeout_s * 1000)
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._closed = False
+        self._dim: int | None = None
+        self._caches: OrderedDict[tuple[str, str], _Cache] = OrderedDict()
+        self._cache_lock = threading.RLock()
+        self._epoch = "0"
+        self._max_cached = max_cached_vectors
+        self._migrate()
+
+    # -- connections and transactions -------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError("this store is closed; open a new Memory")
+        con: sqlite3.Connection | None = getattr(self._local, "con", None)
+        if con is None:
+            con = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=0
+            )
+            con.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            # WAL: readers never block the writer; NORMAL sync is still atomic and
+            # consistent after a process crash (only an OS crash can lose the tail).
+            with self._translate():
+                self._retry_locked(lambda: con.execute("PRAGMA journal_mode = WAL"))
+            con.execute("PRAGMA synchronous = NORMAL")
+            con.execute("PRAGMA foreign_keys = ON")
+            # Overwrite deleted content with zeros, so purged text leaves no trace in
+            # free pages.
+            con.execute("PRAGMA secure_delete = ON")
+            self._local.con = con
+            with self._conns_lock:
+                self._conns.append(con)
+        return con
+
+    @staticmethod
+    def _retry_locked(fn: Any) -> Any:
+        # Switching to WAL needs an exclusive lock that busy_timeout does not cover
+        # when several processes open a new file at once.
+        for attempt in range(200):
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 199:
+                    raise
+                time.sleep(0.05)
+        return None
+
+    @contextlib.contextmanager
+    def _translate(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: everything inside commits together or not at all."""
+        con = self._conn()
+        with self._translate():
+            con.execute("BEGIN IMMEDIATE")
+        try:
+            yield con
+            with self._translate():
+                con.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            raise
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction, so multi-statement reads see one snapshot."""
+        con = self._conn()
+        with self._translate():
+            con.execute("BEGIN")
+        try:
+            with self._translate():
+                yield con
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("COMMIT")
+
+    @staticmethod
+    def _bump(con: sqlite3.Connection) -> int:
+        row = con.execute(
+            "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'seq' "
+            "RETURNING value"
+        ).fetchone()
+        return int(row[0])
+
+    def _migrate(self) -> None:
+        with self._write() as con, self._translate():
+            version = con.execute("PRAGMA user_version").fetchone()[0]
+            if version > LATEST:
+                raise SchemaVersionError(
+                    f"{self.path} has schema version {version}, newer than this engramdb "
+                    f"understands ({LATEST}); upgrade engramdb to open it"
+                )
+            for step in range(version, LATEST):
+                log.info("migrating %s to schema version %d", self.path, step + 1)
+                for statement in _split_sql(MIGRATIONS[step]):
+                    con.execute(statement)
+                con.execute(f"PRAGMA user_version = {step + 1}")
+
+    # -- embedder binding ----------------------------------------------------------------
+
+    def bind_embedder(self, model: str, dim: int) -> None:
+        """Record the embedder on first use; refuse a different one afterwards."""
+        with self._write() as con, self._translate():
+            rows = dict(
+                con.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('embedder_model', 'embedder_dim')"
+                ).fetchall()
+            )
+            if not rows:
+                con.execute(
+                    "INSERT INTO meta(key, value) VALUES ('embedder_model', ?), "
+                    "('embedder_dim', ?)",
+                    (model, str(dim)),
+                )
+            elif rows.get("embedder_model") != model or rows.get("embedder_dim") != str(dim):
+                raise EmbedderMismatchError(
+                    f"{self.path} holds vectors from {rows.get('embedder_model')!r} "
+                    f"(dim {rows.get('embedder_dim')}), but the configured embedder is "
+                    f"{model!r} (dim {dim}); configure the same embedder, or export and "
+                    "re-import into a new file to re-embed"
+                )
+        self._dim = dim
+
+    def bound_embedder(self) -> tuple[str, int] | None:
+        """The ``(model, dim)`` recorded in the file, if any."""
+        with self._read() as con:
+            rows = dict(
+                con.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('embedder_model', 'embedder_dim')"
+                ).fetchall()
+            )
+        if "embedder_model" not in rows:
+            return None
+        return rows["embedder_model"], int(rows["embedder_dim"])
+
+    # -- writes ------------------------------------------------------------------------
+
+    def add(
+        self,
+        memories: Sequence[NewMemory],
+        messages: Sequence[NewMessage],
+        scope: Scope,
+        actor: str,
+    ) -> list[AddOutcome]:
+        """Store messages and memories in one transaction; repeats become NONE."""
+        now = utc_now()
+        owner = scope.owner
+        outcomes: list[AddOutcome] = []
+        with self._write() as con, self._translate():
+            seq = self._bump(con)
+            msg_rowids: list[int] = []
+            for msg in messages:
+                cur = con.execute(
+                    "INSERT INTO messages(user_id, agent_id, run_id, role, name, content, "
+                    "observed_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        scope.user_id,
+                        scope.agent_id,
+                        scope.run_id,
+                        msg.role,
+                        msg.name,
+                        msg.content,
+                        msg.observed_at,
+                        now,
+                    ),
+                )
+                msg_rowids.append(int(cur.lastrowid or 0))
+            for mem in memories:
+                existing = con.execute(
+                    "SELECT rowid, id, text, agent_id, run_id FROM memories "
+                    "WHERE owner = ? AND hash = ? AND deleted_at IS NULL",
+                    (owner, mem.hash),
+                ).fetchone()
+                if existing is not None:
+                    outcomes.append(
+                        self._attach_session(con, existing, scope, seq, actor, now)
+                    )
+                    continue
+                cur = con.execute(
+                    "INSERT INTO memories(id, text, hash, owner, user_id, agent_id, run_id, "
+                    "actor_id, role, attributed_to, memory_type, metadata, created_at, "
+                    "updated_at, observed_at, expires_at, version, seq) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                    (
+                        mem.id,
+                        mem.text,
+                        mem.hash,
+                        owner,
+                        scope.user_id,
+                        scope.agent_id,
+                        scope.run_id,
+                        mem.actor_id,
+                        mem.role,
+                        mem.attributed_to,
+                        mem.memory_type,
+                        json.dumps(mem.metadata, ensure_ascii=False),
+                        now,
+                        now,
+                        mem.observed_at,
+                        mem.expires_at,
+                        seq,
+                    ),
+                )
+                rowid = int(cur.lastrowid or 0)
+                con.execute(
+                    "INSERT INTO memory_vectors(memory_rowid, embedding) VALUES (?, ?)",
+                    (rowid, _vec_blob(mem.embedding)),
+                )
+                con.execute(
+                    "INSERT INTO memory_fts(rowid, terms) VALUES (?, ?)", (rowid, mem.terms)
+                )
+                con.executemany(
+                    "INSERT OR IGNORE INTO memory_sources(memory_rowid, message_rowid) "
+                    "VALUES (?, ?)",
+                    [(rowid, msg_rowids[i]) for i in mem.source_messages if i < len(msg_rowids)],
+                )
+                for link in mem.links:
+                    con.execute(
+                        "INSERT OR IGNORE INTO memory_links(from_rowid, to_rowid, kind, "
+                        "created_at) SELECT ?, rowid, 'related', ? FROM memories "
+                        "WHERE id = ? AND owner = ?",
+                        (rowid, now, link, owner),
+                    )
+                event = HistoryEvent(
+                    memory_id=mem.id,
+                    event="ADD",
+                    version=1,
+                    old_memory=None,
+                    new_memory=mem.text,
+                    old_metadata=None,
+                    new_metadata=mem.metadata,
+                    actor=actor,
+                    reason=None,
+                    created_at=now,
+                )
+                self._insert_history(con, event)
+                outcomes.append(AddOutcome(mem.id, mem.text, "ADD", event))
+        return outcomes
+
+    def _attach_session(
+        self,
+        con: sqlite3.Connection,
+        existing: tuple[Any, ...],
+        scope: Scope,
+        seq: int,
+        actor: str,
+        now: str,
+    ) -> AddOutcome:
+        """A repeat of a live memory: attach the new session ids, store nothing twice."""
+        rowid, memory_id, text, agent_id, run_id = existing
+        attached: list[str] = []
+        for kind, value, primary in (
+            ("agent_id", scope.agent_id, agent_id),
+            ("run_id", scope.run_id, run_id),
+        ):
+            if value is None or value == primary:
+                continue
+            cur = con.execute(
+                "INSERT OR IGNORE INTO memory_scope(memory_rowid, kind, value, created_at) "
+                "VALUES (?, ?, ?, ?)",
+                (rowid, kind, value, now),
+            )
+            if cur.rowcount:
+                attached.append(f"{kind}={value}")
+        if not attached:
+            return AddOutcome(memory_id, text, "NONE", None)
+        con.execute("UPDATE memories SET seq = ? WHERE rowid = ?", (seq, rowid))
+        version = con.execute("SELECT version FROM memories WHERE rowid = ?", (rowid,)).fetchone()
+        event = HistoryEvent(
+            memory_id=memory_id,
+            event="ATTACH",
+            version=int(version[0]),
+            old_memory=text,
+            new_memory=text,
+            old_metadata=None,
+            new_metadata=None,
+            actor=actor,
+            reason="seen again in " + ", ".join(attached),
+            created_at=now,
+        )
+        self._insert_history(con, event)
+        return AddOutcome(memory_id, text, "NONE", event)
+
+    @staticmethod
+    def _insert_history(con: sqlite3.Connection, event: HistoryEvent) -> None:
+        cur = con.execute(
+            "INSERT INTO history(memory_id, event, version, old_memory, new_memory, "
+            "old_metadata, new_metadata, actor, reason, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                event.memory_id,
+                event.event,
+                event.version,
+                event.old_memory,
+                event.new_memory,
+                None if event.old_metadata is None else json.dumps(event.old_metadata),
+                None if event.new_metadata is None else json.dumps(event.new_metadata),
+                event.actor,
+                event.reason,
+                event.created_at,
+            ),
+        )
+        event.id = cur.lastrowid
+
+    def _live_row(self, con: sqlite3.Connection, memory_id: str) -> MemoryRow:
+        row = con.execute(
+            f"SELECT {_COLS} FROM memories m WHERE m.id = ? AND m.deleted_at IS NULL",
+            (memory_id,),
+        ).fetchone()
+        if row is None:
+            raise MemoryNotFoundError(memory_id)
+        return self._hydrate(con, [row])[0]
+
+    def _set_content(
+        self,
+        con: sqlite3.Connection,
+        memory_id: str,
+        *,
+        text: str,
+        hash: str,
+        embedding: np.ndarray[Any, Any] | None,
+        terms: str,
+        metadata: dict[str, Any],
+        version: int,
+        seq: int,
+        now: str,
+    ) -> None:
+        try:
+            con.execute(
+                "UPDATE memories SET text = ?, hash = ?, metadata = ?, updated_at = ?, "
+                "version = ?, deleted_at = NULL, seq = ? WHERE id = ?",
+                (
+                    text,
+                    hash,
+                    json.dumps(metadata, ensure_ascii=False),
+                    now,
+                    version,
+                    seq,
+                    memory_id,
+                ),
+            )
+        except sqlite3.IntegrityError as exc:
+            other = con.execute(
+                "SELECT id FROM memories WHERE hash = ? AND deleted_at IS NULL AND owner = "
+                "(SELECT owner FROM memories WHERE id = ?)",
+                (hash, memory_id),
+            ).fetchone()
+            raise DuplicateMemoryError(memory_id, other[0] if other else None) from exc
+        rowid = con.execute("SELECT rowid FROM memories WHERE id = ?", (memory_id,)).fetchone()[0]
+        if embedding is not None:
+            con.execute(
+                "UPDATE memory_vectors SET embedding = ? WHERE memory_rowid = ?",
+                (_vec_blob(embedding), rowid),
+            )
+            con.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
+            con.execute("INSERT INTO memory_fts(rowid, terms) VALUES (?, ?)", (rowid, terms))
+
+    def update(
+        self,
+        memory_id: str,
+        *,
+        text: str,
+        hash: str,
+        embedding: np.ndarray[Any, Any] | None,
+        terms: str,
+        metadata: dict[str, Any],
+        actor: str,
+        reason: str | None = None,
+    ) -> tuple[MemoryRow, HistoryEvent]:
+        """Change text and/or metadata of a live memory, writing an UPDATE event."""
+        now = utc_now()
+        with self._write() as con:
+            with self._translate():
+                old = self._live_row(con, memory_id)
+                seq = self._bump(con)
+            self._set_content(
+                con,
+                memory_id,
+                text=text,
+                hash=hash,
+                embedding=embedding,
+                terms=terms,
+                metadata=metadata,
+                version=old.version + 1,
+                seq=seq,
+                now=now,
+            )
+            event = HistoryEvent(
+                memory_id=memory_id,
+                event="UPDATE",
+                version=old.version + 1,
+                old_memory=old.text,
+                new_memory=text,
+                old_metadata=old.metadata,
+                new_metadata=metadata,
+                actor=actor,
+                reason=reason,
+                created_at=now,
+            )
+            with self._translate():
+                self._insert_history(con, event)
+                new = self._live_row(con, memory_id)
+        return new, event
+
+    def delete(
+        self, memory_id: str, *, actor: str, reason: str | None = None
+    ) -> tuple[MemoryRow, HistoryEvent]:
+        """Soft-delete one memory (hidden, restorable)."""
+        now = utc_now()
+        with self._write() as con, self._translate():
+            row = self._live_row(con, memory_id)
+            seq = self._bump(con)
+            con.execute(
+                "UPDATE memories SET deleted_at = ?, seq = ? WHERE id = ?", (now, seq, memory_id)
+            )
+            event = self._deleted_event(row, actor, reason, now)
+            self._insert_history(con, event)
+        row.deleted_at = now
+        return row, event
+
+    @staticmethod
+    def _deleted_event(row: MemoryRow, actor: str, reason: str | None, now: str) -> HistoryEvent:
+        return HistoryEvent(
+            memory_id=row.id,
+            event="DELETE",
+            version=row.version,
+            old_memory=row.text,
+            new_memory=None,
+            old_metadata=row.metadata,
+            new_metadata=None,
+            actor=actor,
+            reason=reason,
+            created_at=now,
+        )
+
+    def delete_scope(self, scope: Scope, *, actor: str) -> list[HistoryEvent]:
+        """Soft-delete every live memory matching all ids of ``scope``."""
+        now = utc_now()
+        clause, params = _scope_clause(scope)
+        events: list[HistoryEvent] = []
+        with self._write() as con, self._translate():
+            rows = con.execute(
+                f"SELECT {_COLS} FROM memories m WHERE m.deleted_at IS NULL AND {clause}",
+                params,
+            ).fetchall()
+            if not rows:
+                return []
+            seq = self._bump(con)
+            for row in self._hydrate(con, rows):
+                con.execute(
+                    "UPDATE memories SET deleted_at = ?, seq = ? WHERE id = ?", (now, seq, row.id)
+                )
+                event = self._deleted_event(row, actor, "delete_all", now)
+                self._insert_history(con, event)
+                events.append(event)
+        return events
+
+    def plan_restore(self, memory_id: str, version: int | None) -> RestorePlan:
+        """Work out what a restore would bring back (reads only)."""
+        row = self.get(memory_id, include_deleted=True)
+        if row is None:
+            raise MemoryNotFoundError(memory_id)
+        deleted = row.deleted_at is not None
+        if version is None:
+            if deleted:
+                return RestorePlan(memory_id, row.version, True, row.text, row.metadata, None)
+            version = row.version - 1
+            if version < 1:
+                raise VersionNotFoundError(
+                    f"memory {memory_id!r} is at its first version and not deleted; "
+                    "there is nothing to restore"
+                )
+        if not 1 <= version <= row.version:
+            raise VersionNotFoundError(
+                f"memory {memory_id!r} has versions 1 to {row.version}; "
+                f"version {version} does not exist"
+            )
+        if version == row.version:
+            if not deleted:
+                raise VersionNotFoundError(
+                    f"memory {memory_id!r} is already at version {version}"
+                )
+            return RestorePlan(memory_id, row.version, True, row.text, row.metadata, None)
+        for event in self.history(memory_id):
+            if event.version == version and event.new_memory is not None:
+                return RestorePlan(
+                    memory_id,
+                    row.version,
+                    deleted,
+                    event.new_memory,
+                    event.new_metadata or {},
+                    version,
+                )
+        raise VersionNotFoundError(
+            f"the history of memory {memory_id!r} holds no content for version {version}"
+        )
+
+    def apply_restore(
+        self,
+        plan: RestorePlan,
+        *,
+        hash: str,
+        embedding: np.ndarray[Any, Any] | None,
+        terms: str,
+        actor: str,
+    ) -> tuple[MemoryRow, HistoryEvent]:
+        """Write a planned restore, if the memory has not changed since planning."""
+        now = utc_now()
+        with self._write() as con:
+            with self._translate():
+                cur = con.execute(
+                    f"SELECT {_COLS} FROM memories m WHERE m.id = ?", (plan.memory_id,)
+                ).fetchone()
+                if cur is None:
+                    raise MemoryNotFoundError(plan.memory_id)
+                old = self._hydrate(con, [cur])[0]
+                if old.version != plan.expected_version or (old.deleted_at is not None) != (
+                    plan.undelete
+                ):
+                    raise ConflictError(
+                        f"memory {plan.memory_id!r} changed while the restore was prepared; "
+                        "nothing was written, call restore() again"
+                    )
+                seq = self._bump(con)
+            new_version = old.version if plan.to_version is None else old.version + 1
+            self._set_content(
+                con,
+                plan.memory_id,
+                text=plan.text,
+                hash=hash,
+                embedding=embedding,
+                terms=terms,
+                metadata=plan.metadata,
+                version=new_version,
+                seq=seq,
+                now=now,
+            )
+            reason = (
+                f"restored version {plan.to_version}" if plan.to_version is not None else None
+            )
+            if plan.undelete:
+                reason = "undeleted" + (f", {reason}" if reason else "")
+            event = HistoryEvent(
+                memory_id=plan.memory_id,
+                event="RESTORE",
+                version=new_version,
+                old_memory=None if plan.undelete else old.text,
+                new_memory=plan.text,
+                old_metadata=None if plan.undelete else old.metadata,
+                new_metadata=plan.metadata,
+                actor=actor,
+                reason=reason,
+                created_at=now,
+            )
+            with self._translate():
+                self._insert_history(con, event)
+                new = self._live_row(con, plan.memory_id)
+        return new, event
+
+    def purge(self, *, memory_id: str | None = None, scope: Scope | None = None) -> int:
+        """Erase memories, their history and source messages; returns how many memories.
+
+        The raw messages a purged memory came from go too, since they hold the
+        same words. Afterwards the keyword index is rewritten and the WAL
+        truncated, so the erased text is in neither free pages nor the log.
+        """
+        with self._write() as con, self._translate():
+            if memory_id is not None:
+                rows = con.execute(
+                    "SELECT rowid, id, owner FROM memories WHERE id = ?", (memory_id,)
+                ).fetchall()
+                if not rows:
+                    raise MemoryNotFoundError(memory_id)
+                messages = con.execute(
+                    "SELECT message_rowid FROM memory_sources WHERE memory_rowid = ?",
+                    (rows[0][0],),
+                ).fetchall()
+            else:
+                assert scope is not None
+                clause, params = _scope_clause(scope)
+                rows = con.execute(
+                    f"SELECT m.rowid, m.id, m.owner FROM memories m WHERE {clause}", params
+                ).fetchall()
+                msg_clause = " AND ".join(f"{k} = ?" for k, _ in scope.items())
+                messages = con.execute(
+                    f"SELECT rowid FROM messages WHERE {msg_clause}",
+                    [v for _, v in scope.items()],
+                ).fetchall()
+                messages += con.execute(
+                    "SELECT s.message_rowid FROM memory_sources s JOIN memories m "
+                    f"ON m.rowid = s.memory_rowid WHERE {clause}",
+                    params,
+                ).fetchall()
+            owners = {r[2] for r in rows}
+            for rowid, mid, _owner in rows:
+                con.execute("DELETE FROM history WHERE memory_id = ?", (mid,))
+                con.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
+                con.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
+            con.executemany(
+                "DELETE FROM messages WHERE rowid = ?", [(m[0],) for m in set(messages)]
+            )
+            for owner in owners:
+                con.execute(
+                    "DELETE FROM entities WHERE owner = ? AND rowid NOT IN "
+                    "(SELECT entity_rowid FROM memory_entities)",
+                    (owner,),
+                )
+            con.execute(
+                "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'epoch'"
+            )
+        self._scrub()
+        return len(rows)
+
+    def _scrub(self) -> None:
+        """Leave no copy of erased text in FTS segments or the write-ahead log."""
+        con = self._conn()
+        with self._write() as wcon, self._translate():
+            wcon.execute("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
+        with self._translate():
+            for _ in range(100):
+                busy, _log, _done = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy:
+                    return
+                time.sleep(0.05)
+        log.warning(
+            "could not truncate the WAL of %s (other connections kept reading); the erased "
+            "text may stay in it until the next checkpoint",
+            self.path,
+        )
+
+    def import_rows(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Write exported rows back in one transaction; returns the count."""
+        with self._write() as con, self._translate():
+            seq = self._bump(con)
+            ids = [r["id"] for r in rows]
+            clash = [
+                r[0]
+                for chunk in _chunks(ids, 500)
+                for r in con.execute(
+                    f"SELECT id FROM memories WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                )
+            ]
+            if clash:
+                raise ImportFormatError(
+                    f"{len(clash)} memories of the import already exist (first: {clash[0]!r}); "
+                    "import into an empty store, or purge them first; nothing was imported"
+                )
+            rowids: dict[str, int] = {}
+            for r in rows:
+                scope = Scope(r.get("user_id"), r.get("agent_id"), r.get("run_id"))
+                try:
+                    cur = con.execute(
+                        "INSERT INTO memories(id, text, hash, owner, user_id, agent_id, run_id, "
+                        "actor_id, role, attributed_to, memory_type, metadata, created_at, "
+                        "updated_at, observed_at, expires_at, deleted_at, version, seq) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            r["id"],
+                            r["memory"],
+                            r["hash"],
+                            scope.owner,
+                            scope.user_id,
+                            scope.agent_id,
+                            scope.run_id,
+                            r.get("actor_id"),
+                            r.get("role"),
+                            r.get("attributed_to"),
+                            r.get("memory_type"),
+                            json.dumps(r.get("metadata") or {}, ensure_ascii=False),
+                            r["created_at"],
+                            r["updated_at"],
+                            r.get("observed_at"),
+                            r.get("expires_at"),
+                            r.get("deleted_at"),
+                            int(r.get("version", 1)),
+                            seq,
+                        ),
+                    )
+                except sqlite3.IntegrityError as exc:
+                    raise ImportFormatError(
+                        f"memory {r['id']!r} repeats the text of another live memory of "
+                        f"{scope.owner}; nothing was imported"
+                    ) from exc
+                rowid = int(cur.lastrowid or 0)
+                rowids[r["id"]] = rowid
+                con.execute(
+                    "INSERT INTO memory_vectors(memory_rowid, embedding) VALUES (?, ?)",
+                    (rowid, _vec_blob(r["embedding"])),
+                )
+                con.execute(
+                    "INSERT INTO memory_fts(rowid, terms) VALUES (?, ?)", (rowid, r["terms"])
+                )
+                for kind in ("run_id", "agent_id"):
+                    for value in r.get(f"{kind}s", []):
+                        con.execute(
+                            "INSERT OR IGNORE INTO memory_scope VALUES (?, ?, ?, ?)",
+                            (rowid, kind, value, r["updated_at"]),
+                        )
+                for h in r.get("history", []):
+                    self._insert_history(
+                        con,
+                        HistoryEvent(
+                            memory_id=r["id"],
+                            event=h["event"],
+                            version=int(h.get("version", 1)),
+                            old_memory=h.get("old_memory"),
+                            new_memory=h.get("new_memory"),
+                            old_metadata=h.get("old_metadata"),
+                            new_metadata=h.get("new_metadata"),
+                            actor=h.get("actor", "import"),
+                            reason=h.get("reason"),
+                            created_at=h["created_at"],
+                        ),
+                    )
+            for r in rows:
+                for link in r.get("linked_memory_ids", []):
+                    con.execute(
+                        "INSERT OR IGNORE INTO memory_links(from_rowid, to_rowid, kind, "
+                        "created_at) SELECT ?, rowid, 'related', ? FROM memories WHERE id = ?",
+                        (rowids[r["id"]], r["updated_at"], link),
+                    )
+        return len(rows)
+
+    def reset(self) -> None:
+        """Erase everything the store holds (the embedder binding too)."""
+        with self._write() as con, self._translate():
+            for table in (
+                "memory_links",
+                "memory_entities",
+                "memory_sources",
+                "memory_scope",
+                "memory_vectors",
+                "entities",
+                "history",
+                "messages",
+                "memories",
+            ):
+                con.execute(f"DELETE FROM {table}")
+            con.execute("DELETE FROM memory_fts")
+            con.execute("DELETE FROM meta WHERE key IN ('embedder_model', 'embedder_dim')")
+            con.execute(
+                "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'epoch'"
+            )
+        self._dim = None
+        self._scrub()
+
+    # -- reads -------------------------------------------------------------------------
+
+    def _hydrate(self, con: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> list[MemoryRow]:
+        """Turn raw ``_COLS`` rows into MemoryRows with sessions and links filled in."""
+        out: list[MemoryRow] = []
+        by_rowid: dict[int, MemoryRow] = {}
+        for r in rows:
+            row = MemoryRow(
+                id=r[1],
+                text=r[2],
+                hash=r[3],
+                user_id=r[4],
+                agent_id=r[5],
+                run_id=r[6],
+                actor_id=r[7],
+                role=r[8],
+                attributed_to=r[9],
+                memory_type=r[10],
+                metadata=json.loads(r[11]),
+                created_at=r[12],
+                updated_at=r[13],
+                observed_at=r[14],
+                expires_at=r[15],
+                deleted_at=r[16],
+                version=r[17],
+            )
+            out.append(row)
+            by_rowid[r[0]] = row
+        for chunk in _chunks(list(by_rowid), 500):
+            marks = ",".join("?" * len(chunk))
+            for rowid, kind, value in con.execute(
+                f"SELECT memory_rowid, kind, value FROM memory_scope WHERE memory_rowid IN "
+                f"({marks}) ORDER BY created_at, value",
+                chunk,
+            ):
+                target = by_rowid[rowid]
+                (target.run_ids if kind == "run_id" else target.agent_ids).append(value)
+            for rowid, linked in con.execute(
+                f"SELECT l.from_rowid, m.id FROM memory_links l JOIN memories m "
+                f"ON m.rowid = l.to_rowid WHERE l.from_rowid IN ({marks}) "
+                "UNION SELECT l.to_rowid, m.id FROM memory_links l JOIN memories m "
+                f"ON m.rowid = l.from_rowid WHERE l.to_rowid IN ({marks}) ORDER BY 2",
+                chunk + chunk,
+            ):
+                by_rowid[rowid].linked_ids.append(linked)
+        return out
+
+    def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryRow | None:
+        """One memory by public id, or ``None``."""
+        extra = "" if include_deleted else " AND m.deleted_at IS NULL"
+        with self._read() as con:
+            row = con.execute(
+                f"SELECT {_COLS} FROM memories m WHERE m.id = ?{extra}", (memory_id,)
+            ).fetchone()
+            return None if row is None else self._hydrate(con, [row])[0]
+
+    def _where(self, scope: Scope, where: Node | None) -> tuple[str, list[Any]]:
+        live, params = _live_clause(utc_now())
+        clause, scope_params = _scope_clause(scope)
+        sql = f"{live} AND {clause}"
+        params += scope_params
+        if where is not None:
+            fsql, fparams = compile_sqlite(where)
+            sql += f" AND ({fsql})"
+            params += fparams
+        return sql, params
+
+    def list(
+        self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
+    ) -> list[MemoryRow]:
+        """Live memories of a scope, newest first (ties by insertion order)."""
+        sql, params = self._where(scope, where)
+        with self._read() as con:
+            rows = con.execute(
+                f"SELECT {_COLS} FROM memories m WHERE {sql} "
+                "ORDER BY m.created_at DESC, m.rowid DESC LIMIT ? OFFSET ?",
+                [*params, limit, offset],
+            ).fetchall()
+            return self._hydrate(con, rows)
+
+    def history(self, memory_id: str) -> list[HistoryEvent]:
+        """Every event of a memory, oldest first."""
+        with self._read() as con:
+            return self._history(con, memory_id)
+
+    @staticmethod
+    def _history(con: sqlite3.Connection, memory_id: str) -> list[HistoryEvent]:
+        rows = con.execute(
+            "SELECT rowid, memory_id, event, version, old_memory, new_memory, old_metadata, "
+            "new_metadata, actor, reason, created_at FROM history WHERE memory_id = ? "
+            "ORDER BY rowid",
+            (memory_id,),
+        ).fetchall()
+        return [
+            HistoryEvent(
+                id=r[0],
+                memory_id=r[1],
+                event=r[2],
+                version=r[3],
+                old_memory=r[4],
+                new_memory=r[5],
+                old_metadata=None if r[6] is None else json.loads(r[6]),
+                new_metadata=None if r[7] is None else json.loads(r[7]),
+                actor=r[8],
+                reason=r[9],
+                created_at=r[10],
+            )
+            for r in rows
+        ]
+
+    def count(self) -> int:
+        """Number of memory rows (deleted ones included)."""
+        with self._read() as con:
+            return int(con.execute("SELECT count(*) FROM memories").fetchone()[0])
+
+    def export_rows(self) -> Iterator[dict[str, Any]]:
+        """Every memory (deleted ones too) with its vector, sessions, links, history."""
+        with self._read() as con:
+            raw = con.execute(f"SELECT {_COLS} FROM memories m ORDER BY m.rowid").fetchall()
+            for chunk in _chunks(raw, 500):
+                rows = self._hydrate(con, chunk)
+                vecs = dict(
+                    con.execute(
+                        "SELECT m.id, v.embedding FROM memory_vectors v JOIN memories m ON "
+                        f"m.rowid = v.memory_rowid WHERE v.memory_rowid IN "
+                        f"({','.join('?' * len(chunk))})",
+                        [r[0] for r in chunk],
+                    ).fetchall()
+                )
+                terms = dict(
+                    con.execute(
+                        f"SELECT rowid, terms FROM memory_fts WHERE rowid IN "
+                        f"({','.join('?' * len(chunk))})",
+                        [r[0] for r in chunk],
+                    ).fetchall()
+                )
+                for raw_row, row in zip(chunk, rows, strict=True):
+                    yield {
+                        "row": row,
+                        "embedding": np.frombuffer(vecs[row.id], dtype=F32),
+                        "terms": terms.get(raw_row[0], ""),
+                        "history": self._history(con, row.id),
+                    }
+
+    # -- vector search -------------------------------------------------------------------
+
+    def vector_search(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        k: int,
+    ) -> list[tuple[MemoryRow, float]]:
+        """The ``k`` live memories of the scope most similar to ``query`` (cosine)."""
+        if self._dim is None:
+            bound = self.bound_embedder()
+            if bound is None:
+                return []
+            self._dim = bound[1]
+        kind, value = scope.items()[0]
+        cache = self._refresh(kind, value)
+        narrow = len(scope.items()) > 1 or where is not None
+        sql, params = self._where(scope, where)
+        allowed: np.ndarray[Any, np.dtype[np.int64]] | None = None
+        with self._read() as con:
+            if narrow:
+                allowed = np.fromiter(
+                    (r[0] for r in con.execute(f"SELECT m.rowid FROM memories m WHERE {sql}", params)),
+                    dtype=np.int64,
+                )
+                if allowed.size == 0:
+                    return []
+            want = k
+            while True:
+                keys, scores = cache.index.search(query, want, allowed=allowed)
+                if keys.size == 0:
+                    return []
+                found = self._rows_by_rowid(con, keys, sql, params)
+                hits = [
+                    (found[int(key)], float(score))
+                    for key, score in zip(keys, scores, strict=True)
+                    if int(key) in found
+                ]
+                # Rows expired or deleted since the cache last caught up are dropped by
+                # the SQL above; ask for more until k survive or the scope runs out.
+                if len(hits) >= k or keys.size < want:
+                    return hits[:k]
+                want *= 2
+
+    def _rows_by_rowid(
+        self,
+        con: sqlite3.Connection,
+        keys: np.ndarray[Any, np.dtype[np.int64]],
+        sql: str,
+        params: list[Any],
+    ) -> dict[int, MemoryRow]:
+        found: dict[int, MemoryRow] = {}
+        for chunk in _chunks([int(x) for x in keys], 500):
+            raw = con.execute(
+                f"SELECT {_COLS} FROM memories m WHERE m.rowid IN "
+                f"({','.join('?' * len(chunk))}) AND {sql}",
+                [*chunk, *params],
+            ).fetchall()
+            for r, row in zip(raw, self._hydrate(con, raw), strict=True):
+                found[int(r[0])] = row
+        return found
+
+    def _refresh(self, kind: str, value: str) -> _Cache:
+        """The cache for one primary scope id, caught up with every committed write."""
+        assert self._dim is not None
+        con = self._conn()
+        with self._cache_lock:
+            with self._translate():
+                meta = dict(
+                    con.execute(
+                        "SELECT key, value FROM meta WHERE key IN ('seq', 'epoch')"
+                    ).fetchall()
+                )
+            if meta["epoch"] != self._epoch:
+                self._caches.clear()
+                self._epoch = meta["epoch"]
+            key = (kind, value)
+            cache = self._caches.get(key)
+            if cache is None:
+                cache = self._caches[key] = _Cache(self._dim)
+            self._caches.move_to_end(key)
+            seq = int(meta["seq"])
+            if cache.seq < seq:
+                self._catch_up(cache, kind, value, seq)
+            self._evict()
+            return cache
+
+    def _catch_up(self, cache: _Cache, kind: str, value: str, seq: int) -> None:
+        if kind == "user_id":
+            member = "m.user_id = ?"
+            params: list[Any] = [value]
+        else:
+            member = (
+                f"(m.{kind} = ? OR m.rowid IN (SELECT memory_rowid FROM memory_scope "
+                "WHERE kind = ? AND value = ?))"
+            )
+            params = [value, kind, value]
+        with self._read() as con:
+            rows = con.execute(
+                "SELECT m.rowid, m.deleted_at IS NULL, v.embedding FROM memories m "
+                "JOIN memory_vectors v ON v.memory_rowid = m.rowid "
+                f"WHERE m.seq > ? AND m.seq <= ? AND {member}",
+                [cache.seq, seq, *params],
+            ).fetchall()
+        live = [r for r in rows if r[1]]
+        dead = [r[0] for r in rows if not r[1]]
+        if dead:
+            cache.index.remove(np.array(dead, dtype=np.int64))
+        if live:
+            keys = np.array([r[0] for r in live], dtype=np.int64)
+            vecs = np.frombuffer(b"".join(r[2] for r in live), dtype=F32).reshape(
+                len(live), -1
+            )
+            cache.index.add(keys, vecs)
+        cache.seq = seq
+
+    def _evict(self) -> None:
+        total = sum(len(c.index) for c in self._caches.values())
+        while total > self._max_cached and len(self._caches) > 1:
+            _, cache = self._caches.popitem(last=False)
+            total -= len(cache.index)
+
+    def close(self) -> None:
+        """Close every connection this store opened (from any thread)."""
+        self._closed = True
+        with self._conns_lock:
+            for con in self._conns:
+                with contextlib.suppress(sqlite3.Error):
+                    con.close()
+            self._conns.clear()
+        with self._cache_lock:
+            self._caches.clear()
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration script into statements (no semicolons inside literals)."""
+    statements: list[str] = []
+    buf: list[str] = []
+    for line in script.splitlines():
+        stripped = line.split("--", 1)[0]
+        buf.append(stripped)
+        if stripped.rstrip().endswith(";"):
+            statement = "\n".join(buf).strip()
+            if statement.strip(";").strip():
+                statements.append(statement)
+            buf = []
+    return statements

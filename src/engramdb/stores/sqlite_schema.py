@@ -1,0 +1,141 @@
+"""The SQLite schema and its forward migrations.
+
+``PRAGMA user_version`` holds the schema version. Migrations run in one
+``BEGIN IMMEDIATE`` transaction on open, so two processes opening a new file
+at once cannot both migrate it, and a crash mid-migration leaves the old
+version intact. A file whose version is newer than :data:`LATEST` is refused.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LATEST", "MIGRATIONS"]
+
+_V1 = """
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- One row per memory. rowid is the internal key (vectors, index rows, links);
+-- id is the public UUID. Soft-deleted rows keep their text until purged.
+CREATE TABLE memories (
+    rowid         INTEGER PRIMARY KEY,
+    id            TEXT NOT NULL UNIQUE,
+    text          TEXT NOT NULL,
+    hash          TEXT NOT NULL,
+    owner         TEXT NOT NULL,          -- dedup key: 'user:<id>', 'agent:<id>' or 'run:<id>'
+    user_id       TEXT,
+    agent_id      TEXT,
+    run_id        TEXT,
+    actor_id      TEXT,
+    role          TEXT,
+    attributed_to TEXT,
+    memory_type   TEXT,
+    metadata      TEXT NOT NULL DEFAULT '{}',
+    created_at    TEXT NOT NULL,
+    updated_at    TEXT NOT NULL,
+    observed_at   TEXT,
+    expires_at    TEXT,
+    deleted_at    TEXT,
+    version       INTEGER NOT NULL DEFAULT 1,
+    seq           INTEGER NOT NULL        -- store-wide change counter at the last change
+);
+-- Exact repeats are impossible among live memories of one owner.
+CREATE UNIQUE INDEX memories_owner_hash ON memories(owner, hash) WHERE deleted_at IS NULL;
+CREATE INDEX memories_user ON memories(user_id, created_at);
+CREATE INDEX memories_agent ON memories(agent_id, created_at);
+CREATE INDEX memories_run ON memories(run_id, created_at);
+-- Vector caches catch up by reading rows changed since the seq they saw.
+CREATE INDEX memories_seq ON memories(seq);
+
+-- Extra sessions (run_id / agent_id) a memory was seen in after it was stored.
+CREATE TABLE memory_scope (
+    memory_rowid INTEGER NOT NULL REFERENCES memories(rowid) ON DELETE CASCADE,
+    kind         TEXT NOT NULL CHECK (kind IN ('run_id', 'agent_id')),
+    value        TEXT NOT NULL,
+    created_at   TEXT NOT NULL,
+    PRIMARY KEY (memory_rowid, kind, value)
+) WITHOUT ROWID;
+CREATE INDEX memory_scope_value ON memory_scope(kind, value);
+
+-- float32 little-endian, L2-normalised; dimension and model are in meta.
+CREATE TABLE memory_vectors (
+    memory_rowid INTEGER PRIMARY KEY REFERENCES memories(rowid) ON DELETE CASCADE,
+    embedding    BLOB NOT NULL
+);
+
+-- Keyword index row of each memory (rowid = memories.rowid).
+CREATE VIRTUAL TABLE memory_fts USING fts5(terms, tokenize = 'unicode61 remove_diacritics 2');
+
+CREATE TABLE memory_links (
+    from_rowid INTEGER NOT NULL REFERENCES memories(rowid) ON DELETE CASCADE,
+    to_rowid   INTEGER NOT NULL REFERENCES memories(rowid) ON DELETE CASCADE,
+    kind       TEXT NOT NULL DEFAULT 'related',
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (from_rowid, to_rowid, kind)
+) WITHOUT ROWID;
+CREATE INDEX memory_links_to ON memory_links(to_rowid);
+
+CREATE TABLE entities (
+    rowid      INTEGER PRIMARY KEY,
+    owner      TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    normalized TEXT NOT NULL,
+    type       TEXT,
+    embedding  BLOB,
+    created_at TEXT NOT NULL,
+    UNIQUE (owner, normalized)
+);
+CREATE TABLE memory_entities (
+    memory_rowid INTEGER NOT NULL REFERENCES memories(rowid) ON DELETE CASCADE,
+    entity_rowid INTEGER NOT NULL REFERENCES entities(rowid) ON DELETE CASCADE,
+    PRIMARY KEY (memory_rowid, entity_rowid)
+) WITHOUT ROWID;
+CREATE INDEX memory_entities_entity ON memory_entities(entity_rowid);
+
+-- Raw conversation messages, kept so a memory can show where it came from.
+CREATE TABLE messages (
+    rowid       INTEGER PRIMARY KEY,
+    user_id     TEXT,
+    agent_id    TEXT,
+    run_id      TEXT,
+    role        TEXT NOT NULL,
+    name        TEXT,
+    content     TEXT NOT NULL,
+    observed_at TEXT,
+    created_at  TEXT NOT NULL
+);
+CREATE INDEX messages_user ON messages(user_id, rowid);
+CREATE INDEX messages_agent ON messages(agent_id, rowid);
+CREATE INDEX messages_run ON messages(run_id, rowid);
+
+CREATE TABLE memory_sources (
+    memory_rowid  INTEGER NOT NULL REFERENCES memories(rowid) ON DELETE CASCADE,
+    message_rowid INTEGER NOT NULL REFERENCES messages(rowid) ON DELETE CASCADE,
+    PRIMARY KEY (memory_rowid, message_rowid)
+) WITHOUT ROWID;
+CREATE INDEX memory_sources_message ON memory_sources(message_rowid);
+
+-- Append-only: rows are only ever inserted (purge is the one exception).
+CREATE TABLE history (
+    rowid        INTEGER PRIMARY KEY,
+    memory_id    TEXT NOT NULL,
+    event        TEXT NOT NULL,
+    version      INTEGER NOT NULL,
+    old_memory   TEXT,
+    new_memory   TEXT,
+    old_metadata TEXT,
+    new_metadata TEXT,
+    actor        TEXT NOT NULL,
+    reason       TEXT,
+    created_at   TEXT NOT NULL
+);
+CREATE INDEX history_memory ON history(memory_id, rowid);
+
+INSERT INTO meta(key, value) VALUES ('seq', '0'), ('epoch', '0');
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1,)
+"""``MIGRATIONS[i]`` takes a file from version ``i`` to ``i + 1``."""
+
+LATEST = len(MIGRATIONS)
