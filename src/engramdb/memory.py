@@ -33,6 +33,7 @@ from engramdb.core.validate import (
 from engramdb.embedders import Embedder, make_embedder
 from engramdb.errors import (
     ConfigError,
+    ConflictError,
     ImportFormatError,
     MemoryNotFoundError,
     ScopeError,
@@ -156,6 +157,13 @@ class Memory:
             self.store.bind_embedder(self.embedder.model, self.embedder.dim)
             self._bound = True
 
+    def _embed(self, memories: list[NewMemory], skip: set[str]) -> None:
+        todo = [m for m in memories if m.hash not in skip and m.embedding.size == 0]
+        if todo:
+            vectors = self.embedder.embed_documents([m.text for m in todo])
+            for mem, vec in zip(todo, vectors, strict=True):
+                mem.embedding = vec
+
     def _emit(self, events: Iterable[HistoryEvent | None]) -> None:
         for event in events:
             if event is None:
@@ -274,16 +282,15 @@ class Memory:
                 )
             )
         self._bind()
-        if new:
-            vectors = self.embedder.embed_documents([m.text for m in new])
-            for mem, vec in zip(new, vectors, strict=True):
-                mem.embedding = vec
-        outcomes = self.store.add(
-            new,
-            [NewMessage(m.role, m.content, m.name, m.timestamp or observed) for m in msgs],
-            scope,
-            self.actor,
-        )
+        raw = [NewMessage(m.role, m.content, m.name, m.timestamp or observed) for m in msgs]
+        # Embedding is most of the cost of an add: skip texts the owner already has.
+        known = self.store.existing_hashes(scope.owner, [m.hash for m in new])
+        try:
+            self._embed(new, skip=known)
+            outcomes = self.store.add(new, raw, scope, self.actor)
+        except ConflictError:
+            self._embed(new, skip=set())
+            outcomes = self.store.add(new, raw, scope, self.actor)
         self._emit(o.history for o in outcomes)
         return {"results": [{"id": o.id, "memory": o.memory, "event": o.event} for o in outcomes]}
 

@@ -178,7 +178,16 @@ class Store(Protocol):
         scope: Scope,
         actor: str,
     ) -> list[AddOutcome]:
-        """Store messages and memories in one transaction; repeats become NONE."""
+        """Store messages and memories in one transaction; repeats become NONE.
+
+        A memory with an empty ``embedding`` is one the caller believed to be a
+        repeat; if it is not (any more), the store raises ConflictError and
+        writes nothing.
+        """
+        ...
+
+    def existing_hashes(self, owner: str, hashes: Sequence[str]) -> set[str]:
+        """Which of ``hashes`` a live memory of ``owner`` already has."""
         ...
 
     def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryRow | None:

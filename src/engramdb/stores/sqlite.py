@@ -306,6 +306,10 @@ class SQLiteStore:
                         self._attach_session(con, existing, scope, seq, actor, now)
                     )
                     continue
+                if mem.embedding.size == 0:
+                    # The caller skipped embedding a text it saw stored a moment ago;
+                    # it was deleted since. Roll back; the caller retries with vectors.
+                    raise ConflictError(f"memory text {mem.text[:40]!r} changed concurrently")
                 cur = con.execute(
                     "INSERT INTO memories(id, text, hash, owner, user_id, agent_id, run_id, "
                     "actor_id, role, attributed_to, memory_type, metadata, created_at, "
@@ -920,6 +924,21 @@ class SQLiteStore:
             ):
                 by_rowid[rowid].linked_ids.append(linked)
         return out
+
+    def existing_hashes(self, owner: str, hashes: Sequence[str]) -> set[str]:
+        """Which of ``hashes`` a live memory of ``owner`` already has."""
+        found: set[str] = set()
+        with self._read() as con:
+            for chunk in _chunks(list(hashes), 500):
+                found.update(
+                    r[0]
+                    for r in con.execute(
+                        "SELECT hash FROM memories WHERE owner = ? AND deleted_at IS NULL "
+                        f"AND hash IN ({','.join('?' * len(chunk))})",
+                        [owner, *chunk],
+                    )
+                )
+        return found
 
     def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryRow | None:
         """One memory by public id, or ``None``."""
