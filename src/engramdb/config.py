@@ -10,6 +10,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from engramdb.errors import ConfigError, UnknownProviderError
+from engramdb.search import HYBRID_RRF, FusionConfig
 
 __all__ = [
     "SUPPORTED_STORES",
@@ -55,6 +56,8 @@ class EngramConfig(_Frozen):
     embedder: ProviderConfig = ProviderConfig(provider="local")
     llm: ProviderConfig | None = None
     limits: Limits = Limits()
+    retrieval: FusionConfig = HYBRID_RRF
+    """How search fuses its signals (see :class:`engramdb.search.FusionConfig`)."""
     version: str | None = None
     """Accepted for mem0 compatibility; ignored."""
     history_db_path: str | None = None

@@ -19,7 +19,7 @@ import numpy as np
 
 from engramdb.config import EngramConfig, parse_config
 from engramdb.core.filters import Node, parse_filters, split_scope
-from engramdb.core.text import content_hash, normalize_text
+from engramdb.core.text import content_hash
 from engramdb.core.validate import (
     check_id,
     check_metadata,
@@ -39,8 +39,9 @@ from engramdb.errors import (
     ScopeError,
     ValidationError,
 )
-from engramdb.search import SemanticRetriever
-from engramdb.stores.base import HistoryEvent, MemoryRow, NewMemory, NewMessage, Scope
+from engramdb.nlp import extract_entities, index_terms
+from engramdb.search import HybridRetriever
+from engramdb.stores.base import EntityRef, HistoryEvent, MemoryRow, NewMemory, NewMessage, Scope
 from engramdb.stores.sqlite import SQLiteStore
 
 __all__ = ["EventCallback", "Memory"]
@@ -75,6 +76,10 @@ def _item(row: MemoryRow) -> dict[str, Any]:
         item["agent_ids"] = [row.agent_id, *row.agent_ids] if row.agent_id else list(row.agent_ids)
     item["linked_memory_ids"] = list(row.linked_ids)
     return item
+
+
+def _entities(text: str) -> list[EntityRef]:
+    return [(e.name, e.normalized, e.type) for e in extract_entities(text)]
 
 
 def _event_dict(event: HistoryEvent) -> dict[str, Any]:
@@ -141,7 +146,7 @@ class Memory:
             max_cached_vectors=int(store_cfg.get("max_cached_vectors", 2_000_000)),
         )
         self._bound = False
-        self._retriever = SemanticRetriever(self.store)
+        self._retriever = HybridRetriever(self.store, self.config.retrieval)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Memory:
@@ -272,7 +277,8 @@ class Memory:
                     text=text,
                     hash=content_hash(text),
                     embedding=np.empty(0, dtype=np.float32),
-                    terms=normalize_text(text),
+                    terms=index_terms(text),
+                    entities=_entities(text),
                     actor_id=msg.name,
                     role=msg.role,
                     metadata=meta,
@@ -387,7 +393,8 @@ class Memory:
             text=new_text,
             hash=content_hash(new_text),
             embedding=embedding,
-            terms=normalize_text(new_text),
+            terms=index_terms(new_text),
+            entities=_entities(new_text),
             metadata=new_meta,
             actor=self.actor,
             reason=reason,
@@ -429,7 +436,8 @@ class Memory:
             plan,
             hash=content_hash(plan.text),
             embedding=embedding,
-            terms=normalize_text(plan.text),
+            terms=index_terms(plan.text),
+            entities=_entities(plan.text),
             actor=self.actor,
         )
         self._emit([event])
@@ -562,7 +570,8 @@ class Memory:
         except ValidationError as exc:
             raise ImportFormatError(f"line {n}: {exc}") from None
         rec["hash"] = content_hash(text)
-        rec["terms"] = normalize_text(text)
+        rec["terms"] = index_terms(text)
+        rec["entities"] = _entities(text)
         vector = None
         if same_model and isinstance(rec.get("embedding"), str):
             try:

@@ -17,6 +17,8 @@ from engramdb.core.filters import Node
 
 __all__ = [
     "AddOutcome",
+    "Candidate",
+    "EntityRef",
     "HistoryEvent",
     "MemoryRow",
     "NewMemory",
@@ -27,6 +29,9 @@ __all__ = [
 ]
 
 ScopeKind = Literal["user_id", "agent_id", "run_id"]
+
+EntityRef = tuple[str, str, str]
+"""An entity mention: ``(name, normalized, type)``."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,8 @@ class NewMemory:
     """Indexes into the ``messages`` list passed with the same add."""
     links: list[str] = field(default_factory=list)
     """Public ids of existing memories this one relates to."""
+    entities: list[EntityRef] = field(default_factory=list)
+    """Entities mentioned in the text, linked relationally on write."""
 
 
 @dataclass
@@ -149,6 +156,27 @@ class AddOutcome:
     memory: str
     event: Literal["ADD", "NONE"]
     history: HistoryEvent | None
+
+
+@dataclass
+class Candidate:
+    """A memory found by at least one retrieval signal, with every signal's value.
+
+    The store gathers the signals; the retrieval layer fuses them into a score.
+    """
+
+    row: MemoryRow
+    semantic: float
+    """Cosine similarity to the query vector (computed for every candidate)."""
+    bm25: float
+    """BM25 of the query terms within the scope; 0 when no term matches."""
+    semantic_rank: int | None = None
+    """1-based rank in the semantic list, if the memory came from it."""
+    bm25_rank: int | None = None
+    """1-based rank in the keyword list, if the memory came from it."""
+    entities: list[tuple[str, int]] = field(default_factory=list)
+    """Query entities this memory is linked to, with each entity's degree
+    (how many memories it is linked to)."""
 
 
 @dataclass
@@ -210,6 +238,20 @@ class Store(Protocol):
         """The ``k`` live memories of the scope most similar to ``query`` (cosine)."""
         ...
 
+    def candidates(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        terms: Sequence[str],
+        entities: Sequence[str],
+        n: int,
+    ) -> list[Candidate]:
+        """The union of the top ``n`` by vector, the top ``n`` by BM25 and the
+        memories linked to the query's (normalised) entities, live and in scope.
+        """
+        ...
+
     def update(
         self,
         memory_id: str,
@@ -218,6 +260,7 @@ class Store(Protocol):
         hash: str,
         embedding: np.ndarray[Any, np.dtype[np.float32]] | None,
         terms: str,
+        entities: Sequence[EntityRef],
         metadata: dict[str, Any],
         actor: str,
         reason: str | None = None,
@@ -246,6 +289,7 @@ class Store(Protocol):
         hash: str,
         embedding: np.ndarray[Any, np.dtype[np.float32]] | None,
         terms: str,
+        entities: Sequence[EntityRef],
         actor: str,
     ) -> tuple[MemoryRow, HistoryEvent]:
         """Write a planned restore, if the memory has not changed since planning."""

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from engramdb.core.bm25 import BM25Index
 from engramdb.core.filters import Node, compile_sqlite
 from engramdb.core.vectors import VectorIndex
 from engramdb.errors import (
@@ -44,6 +45,8 @@ from engramdb.errors import (
 )
 from engramdb.stores.base import (
     AddOutcome,
+    Candidate,
+    EntityRef,
     HistoryEvent,
     MemoryRow,
     NewMemory,
@@ -97,12 +100,13 @@ def _scope_clause(scope: Scope) -> tuple[str, list[Any]]:
 
 
 class _Cache:
-    """A vector index for one primary scope id, and how current it is."""
+    """The vector and keyword indexes of one primary scope id, and how current they are."""
 
-    __slots__ = ("index", "seq")
+    __slots__ = ("bm25", "index", "seq")
 
     def __init__(self, dim: int) -> None:
         self.index = VectorIndex(dim)
+        self.bm25 = BM25Index()
         self.seq = 0
 
 
@@ -343,6 +347,7 @@ class SQLiteStore:
                 con.execute(
                     "INSERT INTO memory_fts(rowid, terms) VALUES (?, ?)", (rowid, mem.terms)
                 )
+                self._link_entities(con, rowid, owner, mem.entities, now, replace=False)
                 con.executemany(
                     "INSERT OR IGNORE INTO memory_sources(memory_rowid, message_rowid) "
                     "VALUES (?, ?)",
@@ -416,6 +421,30 @@ class SQLiteStore:
         return AddOutcome(memory_id, text, "NONE", event)
 
     @staticmethod
+    def _link_entities(
+        con: sqlite3.Connection,
+        rowid: int,
+        owner: str,
+        entities: Sequence[EntityRef],
+        now: str,
+        *,
+        replace: bool,
+    ) -> None:
+        if replace:
+            con.execute("DELETE FROM memory_entities WHERE memory_rowid = ?", (rowid,))
+        for name, normalized, kind in entities:
+            con.execute(
+                "INSERT INTO entities(owner, name, normalized, type, created_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(owner, normalized) DO NOTHING",
+                (owner, name, normalized, kind, now),
+            )
+            con.execute(
+                "INSERT OR IGNORE INTO memory_entities(memory_rowid, entity_rowid) "
+                "SELECT ?, rowid FROM entities WHERE owner = ? AND normalized = ?",
+                (rowid, owner, normalized),
+            )
+
+    @staticmethod
     def _insert_history(con: sqlite3.Connection, event: HistoryEvent) -> None:
         cur = con.execute(
             "INSERT INTO history(memory_id, event, version, old_memory, new_memory, "
@@ -454,6 +483,7 @@ class SQLiteStore:
         hash: str,
         embedding: np.ndarray[Any, Any] | None,
         terms: str,
+        entities: Sequence[EntityRef],
         metadata: dict[str, Any],
         version: int,
         seq: int,
@@ -480,7 +510,9 @@ class SQLiteStore:
                 (hash, memory_id),
             ).fetchone()
             raise DuplicateMemoryError(memory_id, other[0] if other else None) from exc
-        rowid = con.execute("SELECT rowid FROM memories WHERE id = ?", (memory_id,)).fetchone()[0]
+        rowid, owner = con.execute(
+            "SELECT rowid, owner FROM memories WHERE id = ?", (memory_id,)
+        ).fetchone()
         if embedding is not None:
             con.execute(
                 "UPDATE memory_vectors SET embedding = ? WHERE memory_rowid = ?",
@@ -488,6 +520,7 @@ class SQLiteStore:
             )
             con.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
             con.execute("INSERT INTO memory_fts(rowid, terms) VALUES (?, ?)", (rowid, terms))
+            self._link_entities(con, rowid, owner, entities, now, replace=True)
 
     def update(
         self,
@@ -497,6 +530,7 @@ class SQLiteStore:
         hash: str,
         embedding: np.ndarray[Any, Any] | None,
         terms: str,
+        entities: Sequence[EntityRef] = (),
         metadata: dict[str, Any],
         actor: str,
         reason: str | None = None,
@@ -514,6 +548,7 @@ class SQLiteStore:
                 hash=hash,
                 embedding=embedding,
                 terms=terms,
+                entities=entities,
                 metadata=metadata,
                 version=old.version + 1,
                 seq=seq,
@@ -636,6 +671,7 @@ class SQLiteStore:
         hash: str,
         embedding: np.ndarray[Any, Any] | None,
         terms: str,
+        entities: Sequence[EntityRef] = (),
         actor: str,
     ) -> tuple[MemoryRow, HistoryEvent]:
         """Write a planned restore, if the memory has not changed since planning."""
@@ -664,6 +700,7 @@ class SQLiteStore:
                 hash=hash,
                 embedding=embedding,
                 terms=terms,
+                entities=entities,
                 metadata=plan.metadata,
                 version=new_version,
                 seq=seq,
@@ -823,6 +860,9 @@ class SQLiteStore:
                 )
                 con.execute(
                     "INSERT INTO memory_fts(rowid, terms) VALUES (?, ?)", (rowid, r["terms"])
+                )
+                self._link_entities(
+                    con, rowid, scope.owner, r.get("entities", []), r["updated_at"], replace=False
                 )
                 for kind in ("run_id", "agent_id"):
                     for value in r.get(f"{kind}s", []):
@@ -1039,6 +1079,27 @@ class SQLiteStore:
 
     # -- vector search -------------------------------------------------------------------
 
+    def _scope_cache(self, scope: Scope) -> _Cache | None:
+        """The caught-up cache for the scope's primary id; None before any vector exists."""
+        if self._dim is None:
+            bound = self.bound_embedder()
+            if bound is None:
+                return None
+            self._dim = bound[1]
+        kind, value = scope.items()[0]
+        return self._refresh(kind, value)
+
+    def _allowed(
+        self, con: sqlite3.Connection, scope: Scope, where: Node | None, sql: str, params: list[Any]
+    ) -> np.ndarray[Any, np.dtype[np.int64]] | None:
+        """Rowids a narrowed search may return; None when the cache's scope is the scope."""
+        if len(scope.items()) == 1 and where is None:
+            return None
+        return np.fromiter(
+            (r[0] for r in con.execute(f"SELECT m.rowid FROM memories m WHERE {sql}", params)),
+            dtype=np.int64,
+        )
+
     def vector_search(
         self,
         scope: Scope,
@@ -1047,24 +1108,14 @@ class SQLiteStore:
         k: int,
     ) -> list[tuple[MemoryRow, float]]:
         """The ``k`` live memories of the scope most similar to ``query`` (cosine)."""
-        if self._dim is None:
-            bound = self.bound_embedder()
-            if bound is None:
-                return []
-            self._dim = bound[1]
-        kind, value = scope.items()[0]
-        cache = self._refresh(kind, value)
-        narrow = len(scope.items()) > 1 or where is not None
+        cache = self._scope_cache(scope)
+        if cache is None:
+            return []
         sql, params = self._where(scope, where)
-        allowed: np.ndarray[Any, np.dtype[np.int64]] | None = None
         with self._read() as con:
-            if narrow:
-                allowed = np.fromiter(
-                    (r[0] for r in con.execute(f"SELECT m.rowid FROM memories m WHERE {sql}", params)),
-                    dtype=np.int64,
-                )
-                if allowed.size == 0:
-                    return []
+            allowed = self._allowed(con, scope, where, sql, params)
+            if allowed is not None and allowed.size == 0:
+                return []
             want = k
             while True:
                 keys, scores = cache.index.search(query, want, allowed=allowed)
@@ -1081,6 +1132,73 @@ class SQLiteStore:
                 if len(hits) >= k or keys.size < want:
                     return hits[:k]
                 want *= 2
+
+    def candidates(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        terms: Sequence[str],
+        entities: Sequence[str],
+        n: int,
+    ) -> list[Candidate]:
+        """The union of the top ``n`` by vector, the top ``n`` by BM25 and the
+        memories linked to the query's (normalised) entities, live and in scope.
+
+        Memories of an entity linked to more than ``n`` memories are not added
+        as candidates (such an entity says little about any one of them); they
+        still count for candidates found otherwise.
+        """
+        cache = self._scope_cache(scope)
+        if cache is None:
+            return []
+        sql, params = self._where(scope, where)
+        with self._read() as con:
+            allowed = self._allowed(con, scope, where, sql, params)
+            if allowed is not None and allowed.size == 0:
+                return []
+            sem_keys, _ = cache.index.search(query, n, allowed=allowed)
+            kw_keys, _ = cache.bm25.search(terms, n, allowed=allowed)
+            linked: dict[int, list[tuple[str, int]]] = {}
+            if entities:
+                marks = ",".join("?" * len(entities))
+                ents = con.execute(
+                    "SELECT e.rowid, e.normalized, (SELECT count(*) FROM memory_entities x "
+                    f"WHERE x.entity_rowid = e.rowid) FROM entities e WHERE e.normalized IN ({marks})",
+                    list(entities),
+                ).fetchall()
+                for erow, name, degree in ents:
+                    for (mrow,) in con.execute(
+                        "SELECT memory_rowid FROM memory_entities WHERE entity_rowid = ?", (erow,)
+                    ):
+                        linked.setdefault(mrow, []).append((name, int(degree)))
+            pool = set(sem_keys.tolist()) | set(kw_keys.tolist())
+            pool |= {m for m, ents_ in linked.items() if min(d for _, d in ents_) <= n}
+            if not pool:
+                return []
+            keys = np.fromiter(pool, dtype=np.int64, count=len(pool))
+            if allowed is not None:
+                keys = keys[np.isin(keys, allowed)]
+            # Entity links may point outside the scope: the SQL of _rows_by_rowid
+            # (scope, filters, liveness) decides what survives.
+            cos_keys, cos = cache.index.search(query, keys.size, allowed=keys)
+            bm_keys, bm = cache.bm25.search(terms, keys.size, allowed=keys)
+            found = self._rows_by_rowid(con, keys, sql, params)
+        cosine = dict(zip(cos_keys.tolist(), cos.tolist(), strict=True))
+        bm25 = dict(zip(bm_keys.tolist(), bm.tolist(), strict=True))
+        sem_rank = {k: i + 1 for i, k in enumerate(sem_keys.tolist())}
+        kw_rank = {k: i + 1 for i, k in enumerate(kw_keys.tolist())}
+        return [
+            Candidate(
+                row=row,
+                semantic=cosine.get(key, 0.0),
+                bm25=bm25.get(key, 0.0),
+                semantic_rank=sem_rank.get(key),
+                bm25_rank=kw_rank.get(key),
+                entities=linked.get(key, []),
+            )
+            for key, row in found.items()
+        ]
 
     def _rows_by_rowid(
         self,
@@ -1137,8 +1255,9 @@ class SQLiteStore:
             params = [value, kind, value]
         with self._read() as con:
             rows = con.execute(
-                "SELECT m.rowid, m.deleted_at IS NULL, v.embedding FROM memories m "
+                "SELECT m.rowid, m.deleted_at IS NULL, v.embedding, f.terms FROM memories m "
                 "JOIN memory_vectors v ON v.memory_rowid = m.rowid "
+                "LEFT JOIN memory_fts f ON f.rowid = m.rowid "
                 f"WHERE m.seq > ? AND m.seq <= ? AND {member}",
                 [cache.seq, seq, *params],
             ).fetchall()
@@ -1146,7 +1265,9 @@ class SQLiteStore:
         dead = [r[0] for r in rows if not r[1]]
         if dead:
             cache.index.remove(np.array(dead, dtype=np.int64))
+            cache.bm25.remove(dead)
         if live:
+            cache.bm25.add([r[0] for r in live], [(r[3] or "").split() for r in live])
             keys = np.array([r[0] for r in live], dtype=np.int64)
             vecs = np.frombuffer(b"".join(r[2] for r in live), dtype=F32).reshape(
                 len(live), -1

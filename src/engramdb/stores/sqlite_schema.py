@@ -86,6 +86,7 @@ CREATE TABLE entities (
     created_at TEXT NOT NULL,
     UNIQUE (owner, normalized)
 );
+CREATE INDEX entities_normalized ON entities(normalized);
 CREATE TABLE memory_entities (
     memory_rowid INTEGER NOT NULL REFERENCES memories(rowid) ON DELETE CASCADE,
     entity_rowid INTEGER NOT NULL REFERENCES entities(rowid) ON DELETE CASCADE,

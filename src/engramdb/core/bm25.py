@@ -1,0 +1,165 @@
+"""An in-memory BM25 index over the lemmatised terms of one scope.
+
+Why not rank in the database: the same formula, with statistics from the
+scope being searched, must give the same ranking on every backend (SQLite's
+FTS5 ``bm25()`` and PostgreSQL's ``ts_rank`` differ, and ``ts_rank`` is not
+BM25), and per-scope statistics are what a per-user search wants: a word
+that is rare for this user is informative for this user. The index is a
+cache, rebuilt from the stored terms like the vector index.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["BM25Index"]
+
+Keys = npt.NDArray[np.int64]
+Scores = npt.NDArray[np.float32]
+
+
+class BM25Index:
+    """Okapi BM25 (with Lucene's non-negative idf) over int64 keys.
+
+    Args:
+        k1: term-frequency saturation.
+        b: document-length normalisation.
+    """
+
+    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+        if k1 < 0 or not 0 <= b <= 1:
+            raise ValueError(f"need k1 >= 0 and 0 <= b <= 1; got k1={k1}, b={b}")
+        self.k1 = k1
+        self.b = b
+        self._lock = threading.RLock()
+        self._row_of: dict[int, int] = {}
+        self._keys: list[int] = []
+        self._doc_terms: list[dict[str, int] | None] = []  # None = removed
+        self._lengths: list[int] = []
+        self._postings: dict[str, list[int]] = {}  # term -> rows (may hold dead rows)
+        self._df: dict[str, int] = {}  # live documents per term
+        self._total_len = 0
+        self._live = 0
+        self._dead = 0
+        self._arrays: dict[str, tuple[npt.NDArray[np.int64], Scores]] = {}
+        self._lengths_arr: Scores | None = None
+        self._keys_arr: Keys | None = None
+
+    def __len__(self) -> int:
+        """Number of live documents."""
+        return self._live
+
+    def add(self, keys: Sequence[int] | Keys, docs: Sequence[Sequence[str]]) -> None:
+        """Index each key's terms; a key indexed before is replaced."""
+        if len(keys) != len(docs):
+            raise ValueError(f"{len(keys)} keys but {len(docs)} documents")
+        with self._lock:
+            self.remove([int(k) for k in keys])
+            for key, terms in zip(keys, docs, strict=True):
+                counts: dict[str, int] = {}
+                for term in terms:
+                    counts[term] = counts.get(term, 0) + 1
+                row = len(self._keys)
+                self._row_of[int(key)] = row
+                self._keys.append(int(key))
+                self._doc_terms.append(counts)
+                self._lengths.append(len(terms))
+                self._total_len += len(terms)
+                self._live += 1
+                for term in counts:
+                    self._postings.setdefault(term, []).append(row)
+                    self._df[term] = self._df.get(term, 0) + 1
+                    self._arrays.pop(term, None)
+            self._lengths_arr = None
+
+    def remove(self, keys: Sequence[int] | Keys) -> int:
+        """Forget these keys (unknown keys are ignored); returns how many were removed."""
+        removed = 0
+        with self._lock:
+            for key in keys:
+                row = self._row_of.pop(int(key), None)
+                if row is None:
+                    continue
+                counts = self._doc_terms[row]
+                assert counts is not None
+                for term in counts:
+                    self._df[term] -= 1
+                    self._arrays.pop(term, None)
+                self._doc_terms[row] = None
+                self._total_len -= self._lengths[row]
+                self._live -= 1
+                self._dead += 1
+                removed += 1
+            if self._dead > 1000 and self._dead > self._live // 4:
+                self._compact()
+        return removed
+
+    def _compact(self) -> None:
+        keys = [self._keys[r] for r in self._row_of.values()]
+        docs = [
+            [t for t, n in (self._doc_terms[r] or {}).items() for _ in range(n)]
+            for r in self._row_of.values()
+        ]
+        self.__init__(self.k1, self.b)  # type: ignore[misc]
+        self.add(keys, docs)
+
+    def _postings_of(self, term: str) -> tuple[npt.NDArray[np.int64], Scores]:
+        cached = self._arrays.get(term)
+        if cached is None:
+            rows = [r for r in self._postings.get(term, ()) if self._doc_terms[r] is not None]
+            self._postings[term] = rows
+            tfs = [self._doc_terms[r][term] for r in rows]  # type: ignore[index]
+            cached = (np.array(rows, dtype=np.int64), np.array(tfs, dtype=np.float32))
+            self._arrays[term] = cached
+        return cached
+
+    def search(
+        self,
+        terms: Sequence[str],
+        k: int,
+        allowed: Keys | None = None,
+    ) -> tuple[Keys, Scores]:
+        """The ``k`` best keys for the query terms, best first, with their BM25 scores.
+
+        Only documents containing at least one query term are returned;
+        ``allowed`` restricts the result to those keys.
+        """
+        with self._lock:
+            if self._live == 0 or k <= 0:
+                return np.empty(0, np.int64), np.empty(0, np.float32)
+            n = len(self._keys)
+            if self._lengths_arr is None:
+                self._lengths_arr = np.array(self._lengths, dtype=np.float32)
+            avgdl = self._total_len / self._live if self._live else 1.0
+            norm = self.k1 * (1 - self.b + self.b * self._lengths_arr / max(avgdl, 1e-9))
+            scores = np.zeros(n, dtype=np.float32)
+            hit = np.zeros(n, dtype=bool)
+            for term in dict.fromkeys(terms):
+                df = self._df.get(term, 0)
+                if df <= 0:
+                    continue
+                idf = math.log(1 + (self._live - df + 0.5) / (df + 0.5))
+                rows, tf = self._postings_of(term)
+                scores[rows] += idf * tf * (self.k1 + 1) / (tf + norm[rows])
+                hit[rows] = True
+            candidates = np.flatnonzero(hit)
+            if allowed is not None and candidates.size:
+                candidates = candidates[np.isin(self._keys_array()[candidates], allowed)]
+            if candidates.size == 0:
+                return np.empty(0, np.int64), np.empty(0, np.float32)
+            cand_scores = scores[candidates]
+            if candidates.size > k:
+                top = np.argpartition(-cand_scores, k - 1)[:k]
+                candidates, cand_scores = candidates[top], cand_scores[top]
+            order = np.lexsort((candidates, -cand_scores))
+            return self._keys_array()[candidates[order]], cand_scores[order].astype(np.float32)
+
+    def _keys_array(self) -> Keys:
+        if self._keys_arr is None or self._keys_arr.size != len(self._keys):
+            self._keys_arr = np.array(self._keys, dtype=np.int64)
+        return self._keys_arr
