@@ -275,30 +275,27 @@ class SQLiteStore:
         messages: Sequence[NewMessage],
         scope: Scope,
         actor: str,
+        *,
+        source_rowids: Sequence[int] = (),
+        resolve_failure: int | None = None,
     ) -> list[AddOutcome]:
-        """Store messages and memories in one transaction; repeats become NONE."""
+        """Store messages and memories in one transaction; repeats become NONE.
+
+        ``source_messages`` of a memory index the new ``messages`` followed by
+        ``source_rowids`` (messages stored earlier, e.g. by a failed
+        extraction that ``resolve_failure`` now marks resolved).
+        """
         now = utc_now()
         owner = scope.owner
         outcomes: list[AddOutcome] = []
         with self._write() as con, self._translate():
             seq = self._bump(con)
-            msg_rowids: list[int] = []
-            for msg in messages:
-                cur = con.execute(
-                    "INSERT INTO messages(user_id, agent_id, run_id, role, name, content, "
-                    "observed_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        scope.user_id,
-                        scope.agent_id,
-                        scope.run_id,
-                        msg.role,
-                        msg.name,
-                        msg.content,
-                        msg.observed_at,
-                        now,
-                    ),
+            msg_rowids = self._insert_messages(con, messages, scope, now) + list(source_rowids)
+            if resolve_failure is not None:
+                con.execute(
+                    "UPDATE extraction_failures SET resolved_at = ? WHERE rowid = ?",
+                    (now, resolve_failure),
                 )
-                msg_rowids.append(int(cur.lastrowid or 0))
             for mem in memories:
                 existing = con.execute(
                     "SELECT rowid, id, text, agent_id, run_id FROM memories "
@@ -375,6 +372,97 @@ class SQLiteStore:
                 self._insert_history(con, event)
                 outcomes.append(AddOutcome(mem.id, mem.text, "ADD", event))
         return outcomes
+
+    @staticmethod
+    def _insert_messages(
+        con: sqlite3.Connection, messages: Sequence[NewMessage], scope: Scope, now: str
+    ) -> list[int]:
+        rowids = []
+        for msg in messages:
+            cur = con.execute(
+                "INSERT INTO messages(user_id, agent_id, run_id, role, name, content, "
+                "observed_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    scope.user_id,
+                    scope.agent_id,
+                    scope.run_id,
+                    msg.role,
+                    msg.name,
+                    msg.content,
+                    msg.observed_at,
+                    now,
+                ),
+            )
+            rowids.append(int(cur.lastrowid or 0))
+        return rowids
+
+    def keep_failed(
+        self, scope: Scope, messages: Sequence[NewMessage], error: str, reply: str | None
+    ) -> int:
+        """Store the messages of a failed extraction and the failure; returns its id."""
+        now = utc_now()
+        with self._write() as con, self._translate():
+            rowids = self._insert_messages(con, messages, scope, now)
+            cur = con.execute(
+                "INSERT INTO extraction_failures(user_id, agent_id, run_id, error, reply, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (scope.user_id, scope.agent_id, scope.run_id, error, reply, now),
+            )
+            failure = int(cur.lastrowid or 0)
+            con.executemany(
+                "INSERT INTO failure_messages(failure_rowid, message_rowid) VALUES (?, ?)",
+                [(failure, r) for r in rowids],
+            )
+        return failure
+
+    def failure(self, failure_id: int) -> tuple[Scope, list[tuple[int, NewMessage]], bool] | None:
+        """A recorded extraction failure: its scope, its messages, and whether resolved."""
+        with self._read() as con:
+            row = con.execute(
+                "SELECT user_id, agent_id, run_id, resolved_at FROM extraction_failures "
+                "WHERE rowid = ?",
+                (failure_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            msgs = con.execute(
+                "SELECT m.rowid, m.role, m.content, m.name, m.observed_at FROM messages m "
+                "JOIN failure_messages f ON f.message_rowid = m.rowid "
+                "WHERE f.failure_rowid = ? ORDER BY m.rowid",
+                (failure_id,),
+            ).fetchall()
+        return (
+            Scope(row[0], row[1], row[2]),
+            [(r[0], NewMessage(r[1], r[2], r[3], r[4])) for r in msgs],
+            row[3] is not None,
+        )
+
+    def failures(self, scope: Scope, *, include_resolved: bool = False) -> list[dict[str, Any]]:
+        """Recorded extraction failures of a scope, newest first."""
+        clause = " AND ".join(f"{k} = ?" for k, _ in scope.items())
+        resolved = "" if include_resolved else " AND resolved_at IS NULL"
+        with self._read() as con:
+            rows = con.execute(
+                "SELECT rowid, error, created_at, resolved_at, (SELECT count(*) FROM "
+                "failure_messages f WHERE f.failure_rowid = e.rowid) FROM extraction_failures e "
+                f"WHERE {clause}{resolved} ORDER BY rowid DESC",
+                [v for _, v in scope.items()],
+            ).fetchall()
+        return [
+            {"id": r[0], "error": r[1], "created_at": r[2], "resolved_at": r[3], "messages": r[4]}
+            for r in rows
+        ]
+
+    def recent_messages(self, scope: Scope, limit: int) -> list[NewMessage]:
+        """The last ``limit`` raw messages of a scope, oldest first."""
+        clause = " AND ".join(f"{k} = ?" for k, _ in scope.items())
+        with self._read() as con:
+            rows = con.execute(
+                f"SELECT role, content, name, observed_at FROM messages WHERE {clause} "
+                "ORDER BY rowid DESC LIMIT ?",
+                [*(v for _, v in scope.items()), limit],
+            ).fetchall()
+        return [NewMessage(r[0], r[1], r[2], r[3]) for r in reversed(rows)]
 
     def _attach_session(
         self,
@@ -762,6 +850,11 @@ class SQLiteStore:
                     f"ON m.rowid = s.memory_rowid WHERE {clause}",
                     params,
                 ).fetchall()
+            if scope is not None:
+                con.execute(
+                    f"DELETE FROM extraction_failures WHERE {msg_clause}",
+                    [v for _, v in scope.items()],
+                )
             owners = {r[2] for r in rows}
             for rowid, mid, _owner in rows:
                 con.execute("DELETE FROM history WHERE memory_id = ?", (mid,))

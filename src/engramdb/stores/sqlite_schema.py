@@ -117,6 +117,24 @@ CREATE TABLE memory_sources (
 ) WITHOUT ROWID;
 CREATE INDEX memory_sources_message ON memory_sources(message_rowid);
 
+-- Extraction calls whose LLM reply was unusable: the messages are kept, so
+-- extraction can be run on them again (Memory.retry_extraction).
+CREATE TABLE extraction_failures (
+    rowid       INTEGER PRIMARY KEY,
+    user_id     TEXT,
+    agent_id    TEXT,
+    run_id      TEXT,
+    error       TEXT NOT NULL,
+    reply       TEXT,
+    created_at  TEXT NOT NULL,
+    resolved_at TEXT
+);
+CREATE TABLE failure_messages (
+    failure_rowid INTEGER NOT NULL REFERENCES extraction_failures(rowid) ON DELETE CASCADE,
+    message_rowid INTEGER NOT NULL REFERENCES messages(rowid) ON DELETE CASCADE,
+    PRIMARY KEY (failure_rowid, message_rowid)
+) WITHOUT ROWID;
+
 -- Append-only: rows are only ever inserted (purge is the one exception).
 CREATE TABLE history (
     rowid        INTEGER PRIMARY KEY,

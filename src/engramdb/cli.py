@@ -1,0 +1,824 @@
+"""The ``engram`` command: a thin face over :class:`engramdb.Memory`.
+
+Each command opens the store (recording ``actor="cli"`` in history), calls
+one library method, prints the result and closes. Validation, defaults and
+error messages belong to the library; this module only turns command-line
+text into arguments and results into tables or JSON.
+
+Output contract: with ``--json`` stdout carries exactly the library's return
+value as JSON and nothing else; messages, prompts and errors go to stderr.
+An :class:`~engramdb.errors.EngramError` exits with status 1 and its message
+(no traceback); usage errors exit with 2, as Typer does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from engramdb import __version__
+from engramdb.errors import EngramError
+from engramdb.memory import Memory
+
+__all__ = ["app", "main"]
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="engram",
+    help=(
+        "engramdb: long-term memory for LLM agents, from the command line.\n\n"
+        "Every command works on one SQLite file: --db, else $ENGRAM_DB, else the "
+        "configured path, else $ENGRAM_HOME/engram.db (default ~/.engramdb/engram.db). "
+        "Add --json to any command for machine-readable output."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    # An unexpected traceback must not list local variables: they hold memory
+    # text, which is private and would end up pasted into bug reports.
+    pretty_exceptions_show_locals=False,
+)
+
+
+# -- shared options ------------------------------------------------------------------------
+
+UserId = Annotated[
+    str | None,
+    typer.Option("--user-id", "-u", metavar="ID", help="Scope: the user the memories belong to."),
+]
+AgentId = Annotated[
+    str | None,
+    typer.Option("--agent-id", "-a", metavar="ID", help="Scope: the agent the memories belong to."),
+]
+RunId = Annotated[
+    str | None,
+    typer.Option(
+        "--run-id", "-r", metavar="ID", help="Scope: the run (session) the memories belong to."
+    ),
+]
+JsonOut = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print the library's return value as JSON on stdout, and nothing else.",
+    ),
+]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+Filters = Annotated[
+    str | None,
+    typer.Option(
+        "--filters",
+        metavar="JSON",
+        help=(
+            'Filters as a JSON object, e.g. \'{"category": "food"}\'; scope ids may '
+            "be given here too."
+        ),
+    ),
+]
+MemoryId = Annotated[str, typer.Argument(metavar="ID", help="The memory's id.")]
+Reason = Annotated[str | None, typer.Option(metavar="TEXT", help="Why; kept in the history.")]
+MetadataOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--metadata",
+        "-m",
+        metavar="JSON",
+        help='Metadata as a JSON object, e.g. \'{"topic": "food"}\'.',
+    ),
+]
+
+
+def _api_default(method: Callable[..., Any], name: str) -> Any:
+    """Return the library's default for a parameter, so the CLI's never drifts from it."""
+    return inspect.signature(method).parameters[name].default
+
+
+@dataclass(frozen=True)
+class _Globals:
+    db: Path | None
+    config_file: Path | None
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"engramdb {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            "--db",
+            envvar="ENGRAM_DB",
+            metavar="FILE",
+            help="The SQLite file to use (created if missing).",
+            dir_okay=False,
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="A JSON configuration file, shaped like mem0's config dict.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """engramdb: long-term memory for LLM agents."""
+    # Only remembered here: the file is read when a command runs, so that
+    # `engram CMD --help` works even with a broken configuration.
+    ctx.obj = _Globals(db=db, config_file=config)
+
+
+# -- plumbing -----------------------------------------------------------------------------
+
+
+def _stdout() -> Console:
+    # Built per call, not at import: CliRunner and redirections swap sys.stdout.
+    return Console(highlight=False)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _fail(message: str) -> NoReturn:
+    """Print ``message`` in red on stderr and exit with status 1."""
+    # soft_wrap: a long message stays one line, so it can be grepped and copied.
+    _stderr().print(Text(f"Error: {message}", style="red"), soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def _say(message: str) -> None:
+    """Print one line of human output; the terminal, not Rich, wraps it."""
+    _stdout().print(Text(message), soft_wrap=True)
+
+
+def _note(message: str) -> None:
+    """Print a remark for humans on stderr, never mixed into machine output."""
+    _stderr().print(Text(message), soft_wrap=True)
+
+
+@contextmanager
+def _expected_errors() -> Iterator[None]:
+    """Turn the library's errors (and file-system errors) into a message and exit 1."""
+    try:
+        yield
+    except EngramError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"{exc.strerror or exc} ({exc.filename})" if exc.filename else str(exc))
+
+
+def _json_arg(option: str, value: str | None) -> Any:
+    """Decode a JSON-valued option; the library then checks its shape."""
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        _fail(f"{option} is not valid JSON: {exc.msg} at character {exc.pos}: {value!r}")
+
+
+def _load_config(path: Path | None) -> Any:
+    if path is None:
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        _fail(f"config file {path} is not valid JSON: {exc.msg} (line {exc.lineno})")
+
+
+def _open(ctx: typer.Context, db: Path | None = None) -> Memory:
+    """Open ``db`` or the store the global options name, recording ``cli`` as the actor."""
+    g: _Globals = ctx.find_root().obj
+    path = db if db is not None else g.db
+    return Memory(path, config=_load_config(g.config_file), actor="cli")
+
+
+def _call(ctx: typer.Context, fn: Callable[[Memory], T]) -> T:
+    """Open the store, run one library call, close; errors exit with status 1."""
+    with _expected_errors(), _open(ctx) as memory:
+        return fn(memory)
+
+
+def _print_json(value: object) -> None:
+    typer.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+def _when(value: object) -> str:
+    """Shorten an ISO timestamp to the minute, for tables."""
+    if not isinstance(value, str):
+        return ""
+    return value[:16].replace("T", " ")
+
+
+def _explain_text(explain: dict[str, Any], prefix: str = "") -> str:
+    """Flatten the score's parts (``rank.semantic=1 semantic=0.83``) for one cell."""
+    parts = []
+    for key, value in explain.items():
+        if isinstance(value, dict):
+            parts.append(_explain_text(value, f"{prefix}{key}."))
+        elif isinstance(value, float):
+            parts.append(f"{prefix}{key}={value:.3f}")
+        else:
+            parts.append(f"{prefix}{key}={value}")
+    return " ".join(p for p in parts if p)
+
+
+def _memory_cell(item: dict[str, Any], *extra: str) -> Text:
+    """Memory text, then its id (and any extra lines) dimmed below it.
+
+    The id sits on its own line so it is never cut on a narrow terminal and
+    can be copied whole into the next command.
+    """
+    # Text, not str: memory text must never be read as Rich markup.
+    cell = Text(str(item["memory"]))
+    for line in (str(item["id"]), *extra):
+        cell.append("\n" + line, style="dim")
+    return cell
+
+
+def _memories_table(items: list[dict[str, Any]], *, title: str | None = None) -> Table:
+    """Memories as rows; a score column appears when the results carry scores."""
+    scored = any("score" in item for item in items)
+    table = Table(title=title, title_justify="left", show_lines=True)
+    if scored:
+        table.add_column("score", justify="right", no_wrap=True)
+    # A uuid is 36 characters: never squeeze the column below it, never cut it.
+    table.add_column("memory / id", min_width=36, overflow="fold")
+    # Date and time on two lines, and no scope column (the caller named the
+    # scope; --json has it): narrow terminals keep the memory column wide.
+    table.add_column("created_at", no_wrap=True)
+    for item in items:
+        row: list[Text | str] = []
+        if scored:
+            row.append(f"{item.get('score', 0.0):.3f}")
+        explain = item.get("explain")
+        extra = [_explain_text(explain)] if isinstance(explain, dict) else []
+        row += [
+            _memory_cell(item, *extra),
+            _when(item.get("created_at")).replace(" ", "\n"),
+        ]
+        table.add_row(*row)
+    return table
+
+
+def _fields_table(item: dict[str, Any]) -> Table:
+    """One record as a two-column field/value table."""
+    table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value")
+    for key, value in item.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        table.add_row(key, Text(shown))
+    return table
+
+
+def _confirm(question: str) -> None:
+    """Ask on stderr and read the answer from stdin; anything but yes exits with 1."""
+    # Not typer.confirm: it hands a prompt to input(), which writes to stdout and
+    # would put a stray character before --json output.
+    _stderr().print(Text(f"{question} [y/N]: "), end="")
+    answer = sys.stdin.readline().strip().lower()
+    if answer not in ("y", "yes"):
+        _note("Aborted; nothing was changed.")
+        raise typer.Exit(1)
+
+
+def _describe_scope(user_id: str | None, agent_id: str | None, run_id: str | None) -> str:
+    scope = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
+    return ", ".join(f"{k}={v!r}" for k, v in scope.items() if v is not None)
+
+
+# -- commands -----------------------------------------------------------------------------
+
+
+@app.command()
+def add(
+    ctx: typer.Context,
+    text: Annotated[
+        str | None,
+        typer.Argument(metavar="TEXT", help="The text to remember (stored as one user message)."),
+    ] = None,
+    messages_file: Annotated[
+        typer.FileText | None,
+        typer.Option(
+            "--messages-file",
+            "-f",
+            metavar="FILE",
+            help=(
+                "A JSON file holding a message dict or a list of them "
+                '({"role": "user", "content": "..."}); "-" reads stdin.'
+            ),
+            encoding="utf-8",
+        ),
+    ] = None,
+    user_id: UserId = None,
+    agent_id: AgentId = None,
+    run_id: RunId = None,
+    metadata: MetadataOpt = None,
+    timestamp: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TIME", help="When the messages were said, ISO-8601: 2024-05-01T14:30:00Z."
+        ),
+    ] = None,
+    infer: Annotated[
+        bool,
+        typer.Option(
+            help="Let the configured LLM extract facts; without one, messages are stored verbatim."
+        ),
+    ] = _api_default(Memory.add, "infer"),
+    json_out: JsonOut = False,
+) -> None:
+    """Remember a text or a conversation (Memory.add)."""
+    if (text is None) == (messages_file is None):
+        raise typer.BadParameter(
+            "give the text to remember as TEXT or with --messages-file, exactly one of them"
+        )
+    if messages_file is not None:
+        try:
+            messages: Any = json.load(messages_file)
+        except json.JSONDecodeError as exc:
+            _fail(f"--messages-file is not valid JSON: {exc.msg} (line {exc.lineno})")
+    else:
+        messages = text
+    meta = _json_arg("--metadata", metadata)
+    result = _call(
+        ctx,
+        lambda m: m.add(
+            messages,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            metadata=meta,
+            timestamp=timestamp,
+            infer=infer,
+        ),
+    )
+    if json_out:
+        _print_json(result)
+        return
+    table = Table(title=f"{len(result['results'])} result(s)", title_justify="left")
+    table.add_column("event", no_wrap=True)
+    table.add_column("memory / id", min_width=36, overflow="fold")
+    for item in result["results"]:
+        style = "green" if item["event"] == "ADD" else "yellow"
+        table.add_row(Text(item["event"], style=style), _memory_cell(item))
+    _stdout().print(table)
+
+
+@app.command()
+def search(
+    ctx: typer.Context,
+    query: Annotated[
+        str, typer.Argument(metavar="QUERY", help="What to look for, in any language.")
+    ],
+    user_id: UserId = None,
+    agent_id: AgentId = None,
+    run_id: RunId = None,
+    top_k: Annotated[
+        int, typer.Option("--top-k", "-k", metavar="N", help="How many results at most.")
+    ] = _api_default(Memory.search, "top_k"),
+    threshold: Annotated[
+        float | None,
+        typer.Option(metavar="SCORE", help="Drop results scoring below this (0 to 1)."),
+    ] = None,
+    filters: Filters = None,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Show the parts each score is made of.")
+    ] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Find the memories most relevant to a query, best first (Memory.search)."""
+    parsed = _json_arg("--filters", filters)
+    result = _call(
+        ctx,
+        lambda m: m.search(
+            query,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            top_k=top_k,
+            threshold=threshold,
+            filters=parsed,
+            explain=explain,
+        ),
+    )
+    if json_out:
+        _print_json(result)
+        return
+    hits = result["results"]
+    if not hits:
+        _note("No matching memories.")
+        return
+    _stdout().print(_memories_table(hits, title=f"{len(hits)} result(s) for {query!r}"))
+
+
+@app.command("list")
+def list_(
+    ctx: typer.Context,
+    user_id: UserId = None,
+    agent_id: AgentId = None,
+    run_id: RunId = None,
+    filters: Filters = None,
+    top_k: Annotated[
+        int, typer.Option("--top-k", "-k", metavar="N", help="How many memories at most.")
+    ] = _api_default(Memory.get_all, "top_k"),
+    offset: Annotated[
+        int, typer.Option(metavar="N", help="Skip this many memories first (for paging).")
+    ] = _api_default(Memory.get_all, "offset"),
+    json_out: JsonOut = False,
+) -> None:
+    """List the memories of a scope, newest first (Memory.get_all)."""
+    parsed = _json_arg("--filters", filters)
+    result = _call(
+        ctx,
+        lambda m: m.get_all(
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            filters=parsed,
+            top_k=top_k,
+            offset=offset,
+        ),
+    )
+    if json_out:
+        _print_json(result)
+        return
+    items = result["results"]
+    if not items:
+        _note("No memories in this scope.")
+        return
+    first = offset + 1
+    title = f"memories {first}-{offset + len(items)}"
+    _stdout().print(_memories_table(items, title=title))
+
+
+@app.command()
+def get(
+    ctx: typer.Context,
+    memory_id: MemoryId,
+    json_out: JsonOut = False,
+) -> None:
+    """Show one memory by id (Memory.get); exits with 1 if there is none."""
+    item = _call(ctx, lambda m: m.get(memory_id))
+    if json_out:
+        _print_json(item)
+    if item is None:
+        # The library answers None rather than raising, as mem0 does; a shell
+        # script still needs a failing status to notice.
+        _fail(f"memory {memory_id!r} not found (or deleted; see `engram history {memory_id}`)")
+    if not json_out:
+        _stdout().print(_fields_table(item))
+
+
+@app.command()
+def update(
+    ctx: typer.Context,
+    memory_id: MemoryId,
+    text: Annotated[
+        str | None, typer.Option("--text", "-t", metavar="TEXT", help="The new text.")
+    ] = None,
+    metadata: Annotated[
+        str | None,
+        typer.Option(
+            "--metadata",
+            "-m",
+            metavar="JSON",
+            help="New metadata as a JSON object; replaces the old one.",
+        ),
+    ] = None,
+    reason: Reason = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Change a memory's text and/or metadata; history keeps the old version (Memory.update)."""
+    meta = _json_arg("--metadata", metadata)
+    result = _call(ctx, lambda m: m.update(memory_id, text=text, metadata=meta, reason=reason))
+    if json_out:
+        _print_json(result)
+        return
+    _note(str(result["message"]))
+    _stdout().print(_fields_table({k: v for k, v in result.items() if k != "message"}))
+
+
+@app.command()
+def delete(
+    ctx: typer.Context,
+    memory_id: MemoryId,
+    reason: Reason = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Delete a memory; `engram restore ID` brings it back (Memory.delete)."""
+    result = _call(ctx, lambda m: m.delete(memory_id, reason=reason))
+    if json_out:
+        _print_json(result)
+        return
+    _say(f"Deleted {result['id']}. Undo with: engram restore {result['id']}")
+
+
+@app.command()
+def restore(
+    ctx: typer.Context,
+    memory_id: MemoryId,
+    version: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="The version to return to (see `engram history`); default: the previous.",
+        ),
+    ] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Undo a delete or an update (Memory.restore)."""
+    item = _call(ctx, lambda m: m.restore(memory_id, version=version))
+    if json_out:
+        _print_json(item)
+        return
+    _note(f"Restored {item['id']}.")
+    _stdout().print(_fields_table(item))
+
+
+@app.command()
+def history(
+    ctx: typer.Context,
+    memory_id: MemoryId,
+    json_out: JsonOut = False,
+) -> None:
+    """Show every change of a memory, oldest first (Memory.history)."""
+    events = _call(ctx, lambda m: m.history(memory_id))
+    if json_out:
+        _print_json(events)
+        return
+    table = Table(title=f"history of {memory_id}", title_justify="left")
+    table.add_column("version", justify="right", no_wrap=True)
+    table.add_column("event", no_wrap=True)
+    table.add_column("at", no_wrap=True)
+    table.add_column("actor", no_wrap=True)
+    table.add_column("before")
+    table.add_column("after")
+    table.add_column("reason")
+    for event in events:
+        table.add_row(
+            str(event["version"]),
+            event["event"],
+            _when(event["created_at"]),
+            Text(str(event["actor"] or "")),
+            Text(str(event["old_memory"] or "")),
+            Text(str(event["new_memory"] or "")),
+            Text(str(event["reason"] or "")),
+        )
+    _stdout().print(table)
+
+
+@app.command("delete-all")
+def delete_all(
+    ctx: typer.Context,
+    user_id: UserId = None,
+    agent_id: AgentId = None,
+    run_id: RunId = None,
+    yes: Yes = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Delete every memory of a scope; each stays restorable (Memory.delete_all)."""
+    scope = _describe_scope(user_id, agent_id, run_id)
+    # With no scope the library refuses; asking first would only delay its message.
+    if scope and not yes:
+        _confirm(f"Delete every memory of {scope}?")
+    result = _call(ctx, lambda m: m.delete_all(user_id=user_id, agent_id=agent_id, run_id=run_id))
+    if json_out:
+        _print_json(result)
+        return
+    _say(f"Deleted {result['deleted']} memories of {scope}.")
+
+
+@app.command()
+def purge(
+    ctx: typer.Context,
+    memory_id: Annotated[
+        str | None, typer.Argument(metavar="ID", help="One memory to erase; or give a scope.")
+    ] = None,
+    user_id: UserId = None,
+    agent_id: AgentId = None,
+    run_id: RunId = None,
+    yes: Yes = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Erase for good, with history and source messages; not undoable (Memory.purge)."""
+    scope = _describe_scope(user_id, agent_id, run_id)
+    target = f"memory {memory_id!r}" if memory_id else f"every memory of {scope}"
+    # Ask only when there is something to erase; otherwise the library's error says why.
+    if (memory_id or scope) and not yes:
+        _confirm(f"Erase {target} permanently, with its history? This cannot be undone.")
+    result = _call(
+        ctx,
+        lambda m: m.purge(memory_id, user_id=user_id, agent_id=agent_id, run_id=run_id),
+    )
+    if json_out:
+        _print_json(result)
+        return
+    _say(f"Purged {result['purged']} memories.")
+
+
+@app.command()
+def export(
+    ctx: typer.Context,
+    file: Annotated[
+        typer.FileTextWrite,
+        typer.Argument(
+            metavar="FILE",
+            help='Where to write the JSONL export; "-" (the default) is stdout.',
+            encoding="utf-8",
+            # Lazy: an existing file is not truncated when opening the store fails.
+            lazy=True,
+        ),
+    ] = "-",  # type: ignore[assignment]  # Typer opens the file named by this string
+    json_out: JsonOut = False,
+) -> None:
+    """Write the whole store as JSON lines: memories, history, vectors (Memory.export_jsonl)."""
+    to_stdout = file.name in ("-", "<stdout>")
+    if to_stdout and json_out:
+        raise typer.BadParameter("--json needs a FILE: stdout already carries the export")
+    count = _call(ctx, lambda m: m.export_jsonl(file))
+    if json_out:
+        _print_json(count)
+        return
+    where = "stdout" if to_stdout else file.name
+    _note(f"Exported {count} memories to {where}.")
+
+
+@app.command("import")
+def import_(
+    ctx: typer.Context,
+    file: Annotated[
+        typer.FileText,
+        typer.Argument(
+            metavar="FILE",
+            help='A JSONL file written by `engram export`; "-" reads stdin.',
+            encoding="utf-8",
+        ),
+    ],
+    json_out: JsonOut = False,
+) -> None:
+    """Load an export into an empty store (Memory.import_jsonl)."""
+    count = _call(ctx, lambda m: m.import_jsonl(file))
+    if json_out:
+        _print_json(count)
+        return
+    _say(f"Imported {count} memories.")
+
+
+# -- demo ---------------------------------------------------------------------------------
+
+
+def _demo_data() -> dict[str, Any]:
+    source = resources.files("engramdb").joinpath("data/demo_conversation.json")
+    data: dict[str, Any] = json.loads(source.read_text(encoding="utf-8"))
+    return data
+
+
+@app.command()
+def demo(
+    ctx: typer.Context,
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            "--db",
+            metavar="FILE",
+            help=(
+                "Keep the demo database in this file. By default a temporary one is used "
+                "and deleted; the global --db and $ENGRAM_DB are ignored, so the demo never "
+                "writes into your own store."
+            ),
+            dir_okay=False,
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="Print the searches' results and the timings as JSON."),
+    ] = False,
+) -> None:
+    """Load a small bundled conversation and run a few searches; offline, no API key."""
+    data = _demo_data()
+    user = str(data["user_id"])
+    with ExitStack() as stack, _expected_errors():
+        if db is None:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="engram-demo-"))
+            path = Path(tmp) / "demo.db"
+        else:
+            path = db
+        started = time.perf_counter()
+        memory = _open(ctx, path)
+        # Registered after the temporary directory, so it closes before the file goes.
+        stack.callback(memory.close)
+        # Load the model now, so the "embed" figure measures embedding alone.
+        memory.embedder.embed_query("warm-up")
+        loaded = time.perf_counter()
+        added = 0
+        messages = 0
+        for session in data["sessions"]:
+            messages += len(session["messages"])
+            result = memory.add(
+                session["messages"],
+                user_id=user,
+                run_id=session["run_id"],
+                timestamp=session["date"],
+                infer=False,
+            )
+            added += sum(1 for r in result["results"] if r["event"] == "ADD")
+        embedded = time.perf_counter()
+        searches = [
+            {"query": q, **memory.search(q, user_id=user, top_k=3)} for q in data["searches"]
+        ]
+        searched = time.perf_counter()
+    timings = {
+        "load_s": round(loaded - started, 4),
+        "embed_s": round(embedded - loaded, 4),
+        "search_s": round(searched - embedded, 4),
+    }
+    if json_out:
+        _print_json(
+            {
+                "db": str(path),
+                "temporary": db is None,
+                "user_id": user,
+                "messages": messages,
+                "added": added,
+                "timings": timings,
+                "searches": searches,
+            }
+        )
+        return
+    out = _stdout()
+    out.print(
+        Text(
+            f"Loaded {messages} messages from {len(data['sessions'])} sessions with {user!r}: "
+            f"{added} new memories (infer=False: stored verbatim, no LLM, no network).",
+            style="bold",
+        ),
+        soft_wrap=True,
+    )
+    for s in searches:
+        table = Table(title=f"{s['query']}", title_justify="left", title_style="bold cyan")
+        table.add_column("#", justify="right", no_wrap=True)
+        table.add_column("score", justify="right", no_wrap=True)
+        table.add_column("memory")
+        table.add_column("session", no_wrap=True)
+        table.add_column("said on", no_wrap=True)
+        for rank, hit in enumerate(s["results"], 1):
+            table.add_row(
+                str(rank),
+                f"{hit['score']:.3f}",
+                Text(str(hit["memory"])),
+                str(hit.get("run_id", "")),
+                _when(hit.get("observed_at"))[:10],
+            )
+        out.print(table)
+    n = len(searches)
+    _say(
+        f"Timing: load {timings['load_s']:.2f} s · embed + store {messages} messages "
+        f"{timings['embed_s']:.2f} s · {n} searches {timings['search_s']:.2f} s "
+        f"({1000 * timings['search_s'] / max(n, 1):.0f} ms each)"
+    )
+    if db is None:
+        _say(f"Database: {path} (temporary, now deleted; run `engram demo --db FILE` to keep it)")
+    else:
+        quoted = shlex.quote(str(path))
+        _say(f"Database: {path} (try: engram --db {quoted} search 'the trip' --user-id {user})")
+
+
+def main() -> None:
+    """Entry point of the ``engram`` command."""
+    app(prog_name="engram")
+
+
+if __name__ == "__main__":
+    main()
