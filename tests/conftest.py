@@ -24,3 +24,7 @@ def db_path(tmp_path: Path) -> Path:
 def mem(db_path: Path, embedder: LocalEmbedder) -> Iterator[Memory]:
     with Memory(db_path, embedder=embedder) as m:
         yield m
+
+
+# The local OpenAI-wire server (a real HTTP server on 127.0.0.1) as a fixture.
+from openai_wire import openai_server  # noqa: E402, F401

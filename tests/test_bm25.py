@@ -8,8 +8,9 @@ import pytest
 from engramdb.core.bm25 import BM25Index
 
 
-def reference(docs: dict[int, list[str]], query: list[str], k1: float = 1.2,
-              b: float = 0.75) -> dict[int, float]:
+def reference(
+    docs: dict[int, list[str]], query: list[str], k1: float = 1.2, b: float = 0.75
+) -> dict[int, float]:
     n = len(docs)
     avgdl = sum(len(d) for d in docs.values()) / n
     out = {}
@@ -87,6 +88,6 @@ def test_compaction_keeps_results() -> None:
     idx.add(list(docs), list(docs.values()))
     idx.remove(list(range(0, 2000)))
     rest = {k: v for k, v in docs.items() if k >= 2000}
-    keys, scores = idx.search(["w1", "w2"], 5)
+    _, scores = idx.search(["w1", "w2"], 5)
     ref = sorted(reference(rest, ["w1", "w2"]).items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     assert scores.tolist() == pytest.approx([s for _, s in ref], rel=1e-5)

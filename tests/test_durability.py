@@ -27,39 +27,78 @@ def check_consistent(db: Path) -> int:
         assert con.execute("PRAGMA foreign_key_check").fetchall() == []
         q = lambda sql: con.execute(sql).fetchone()[0]  # noqa: E731
         n = q("SELECT count(*) FROM memories")
-        assert q("SELECT count(*) FROM memories m LEFT JOIN memory_vectors v "
-                 "ON v.memory_rowid = m.rowid WHERE v.memory_rowid IS NULL") == 0
+        assert (
+            q(
+                "SELECT count(*) FROM memories m LEFT JOIN memory_vectors v "
+                "ON v.memory_rowid = m.rowid WHERE v.memory_rowid IS NULL"
+            )
+            == 0
+        )
         assert q("SELECT count(*) FROM memory_vectors") == n
         assert q("SELECT count(*) FROM memory_fts") == n
-        assert q("SELECT count(*) FROM memories m WHERE NOT EXISTS (SELECT 1 FROM memory_fts f "
-                 "WHERE f.rowid = m.rowid)") == 0
-        assert q("SELECT count(*) FROM memories m WHERE NOT EXISTS (SELECT 1 FROM history h "
-                 "WHERE h.memory_id = m.id AND h.event = 'ADD')") == 0
+        assert (
+            q(
+                "SELECT count(*) FROM memories m WHERE NOT EXISTS (SELECT 1 FROM memory_fts f "
+                "WHERE f.rowid = m.rowid)"
+            )
+            == 0
+        )
+        assert (
+            q(
+                "SELECT count(*) FROM memories m WHERE NOT EXISTS (SELECT 1 FROM history h "
+                "WHERE h.memory_id = m.id AND h.event = 'ADD')"
+            )
+            == 0
+        )
         # an update is one transaction: the row's version matches its last event
-        assert q("SELECT count(*) FROM memories m WHERE m.version != (SELECT max(version) "
-                 "FROM history h WHERE h.memory_id = m.id)") == 0
-        assert q("SELECT count(*) FROM memories m WHERE (m.deleted_at IS NOT NULL) != "
-                 "((SELECT event FROM history h WHERE h.memory_id = m.id AND h.event IN "
-                 "('ADD', 'DELETE', 'RESTORE') ORDER BY rowid DESC LIMIT 1) = 'DELETE')") == 0
-        assert q("SELECT count(*) FROM history h WHERE NOT EXISTS (SELECT 1 FROM memories m "
-                 "WHERE m.id = h.memory_id)") == 0
-        assert q("SELECT count(*) FROM (SELECT owner, hash FROM memories WHERE deleted_at IS "
-                 "NULL GROUP BY 1, 2 HAVING count(*) > 1)") == 0
+        assert (
+            q(
+                "SELECT count(*) FROM memories m WHERE m.version != (SELECT max(version) "
+                "FROM history h WHERE h.memory_id = m.id)"
+            )
+            == 0
+        )
+        assert (
+            q(
+                "SELECT count(*) FROM memories m WHERE (m.deleted_at IS NOT NULL) != "
+                "((SELECT event FROM history h WHERE h.memory_id = m.id AND h.event IN "
+                "('ADD', 'DELETE', 'RESTORE') ORDER BY rowid DESC LIMIT 1) = 'DELETE')"
+            )
+            == 0
+        )
+        assert (
+            q(
+                "SELECT count(*) FROM history h WHERE NOT EXISTS (SELECT 1 FROM memories m "
+                "WHERE m.id = h.memory_id)"
+            )
+            == 0
+        )
+        assert (
+            q(
+                "SELECT count(*) FROM (SELECT owner, hash FROM memories WHERE deleted_at IS "
+                "NULL GROUP BY 1, 2 HAVING count(*) > 1)"
+            )
+            == 0
+        )
         return int(n)
     finally:
         con.close()
 
 
 @pytest.mark.slow
-def test_sigkill_at_random_points_leaves_no_partial_writes(tmp_path: Path,
-                                                           embedder: LocalEmbedder) -> None:
+def test_sigkill_at_random_points_leaves_no_partial_writes(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
     db = tmp_path / "crash.db"
     rng = random.Random(7)
     kills = 0
     grew = []
     for round_ in range(25):
-        proc = subprocess.Popen([sys.executable, WRITER, str(db), "crash", str(round_), "100000"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, WRITER, str(db), "crash", str(round_), "100000"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         # first rounds need time for the model load; later ones die mid-write
         time.sleep(rng.uniform(0.8, 1.6) if round_ == 0 else rng.uniform(0.3, 1.0))
         if proc.poll() is None:
@@ -83,8 +122,11 @@ def test_four_processes_add_to_one_file(tmp_path: Path, embedder: LocalEmbedder)
     db = tmp_path / "multi.db"
     Memory(db, embedder=embedder).close()  # created up front: the race is on writes
     procs = [
-        subprocess.Popen([sys.executable, WRITER, str(db), "concurrent", str(p), "250"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [sys.executable, WRITER, str(db), "concurrent", str(p), "250"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         for p in range(4)
     ]
     outputs = []

@@ -84,8 +84,9 @@ def test_exact_repeat_is_not_stored_twice(mem: Memory) -> None:
 
 
 def test_repeat_within_one_batch(mem: Memory) -> None:
-    out = mem.add([{"role": "user", "content": "hello"}, {"role": "user", "content": "Hello"}],
-                  user_id="u")
+    out = mem.add(
+        [{"role": "user", "content": "hello"}, {"role": "user", "content": "Hello"}], user_id="u"
+    )
     assert [r["event"] for r in out["results"]] == ["ADD", "NONE"]
 
 
@@ -227,9 +228,7 @@ def test_search_scope_from_filters_and_kwargs(mem: Memory) -> None:
     assert texts(mem.search("drink", filters={"user_id": "u", "agent_id": "a2"})) == [
         "coffee black"
     ]
-    assert texts(mem.search("drink", user_id="u", filters={"agent_id": "a1"})) == [
-        "tea with milk"
-    ]
+    assert texts(mem.search("drink", user_id="u", filters={"agent_id": "a1"})) == ["tea with milk"]
     with pytest.raises(ScopeError, match="twice"):
         mem.search("drink", user_id="u", filters={"user_id": "v"})
 
@@ -447,8 +446,13 @@ def test_purge_one_memory_leaves_no_trace_on_disk(mem: Memory) -> None:
 
 
 def test_purge_scope_removes_messages_and_history(mem: Memory) -> None:
-    mem.add([{"role": "system", "content": "sys prompt ZEBRA-42"},
-             {"role": "user", "content": "user fact ZEBRA-43"}], user_id="gone")
+    mem.add(
+        [
+            {"role": "system", "content": "sys prompt ZEBRA-42"},
+            {"role": "user", "content": "user fact ZEBRA-43"},
+        ],
+        user_id="gone",
+    )
     mem.add("keep me", user_id="stay")
     assert mem.purge(user_id="gone")["purged"] == 1
     assert b"ZEBRA-4" not in _file_bytes(mem.store.path)
@@ -505,8 +509,9 @@ def test_unknown_provider_error_lists_supported() -> None:
     assert info.value.supported == ["sqlite"]
 
 
-def test_engram_home_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                             embedder: LocalEmbedder) -> None:
+def test_engram_home_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: LocalEmbedder
+) -> None:
     monkeypatch.setenv("ENGRAM_HOME", str(tmp_path / "home"))
     with Memory(embedder=embedder) as m:
         assert m.store.path == tmp_path / "home" / "engram.db"
@@ -556,8 +561,9 @@ def test_closed_memory_raises(db_path: Path, embedder: LocalEmbedder) -> None:
 # -- export / import -------------------------------------------------------------------------
 
 
-def test_jsonl_round_trip_reproduces_the_store(mem: Memory, tmp_path: Path,
-                                               embedder: LocalEmbedder) -> None:
+def test_jsonl_round_trip_reproduces_the_store(
+    mem: Memory, tmp_path: Path, embedder: LocalEmbedder
+) -> None:
     a = mem.add("round trip one", user_id="u", run_id="r1", metadata={"x": [1, 2]})
     mem.add("round trip one", user_id="u", run_id="r2")
     b = mem.add("round trip two", user_id="v", agent_id="ag")["results"][0]["id"]

@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_ruff_clean() -> None:
@@ -32,7 +33,8 @@ def test_mypy_clean() -> None:
 
 def test_public_face_is_exactly_all() -> None:
     public = {
-        n for n in dir(engramdb)
+        n
+        for n in dir(engramdb)
         if not n.startswith("_") and not isinstance(getattr(engramdb, n), types.ModuleType)
     }
     assert public == set(engramdb.__all__) - {"__version__"}

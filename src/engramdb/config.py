@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,6 +15,7 @@ from engramdb.search import HYBRID_RRF, FusionConfig
 __all__ = [
     "SUPPORTED_STORES",
     "EngramConfig",
+    "ExtractionConfig",
     "Limits",
     "ProviderConfig",
     "default_home",
@@ -49,6 +50,28 @@ class Limits(_Frozen):
     """Most messages in one ``add()`` call."""
 
 
+class ExtractionConfig(_Frozen):
+    """How ``add(infer=True)`` turns messages into memories when an LLM is configured."""
+
+    mode: Literal["additive", "consolidate"] = "additive"
+    """``additive`` (one LLM call, only adds and links) or ``consolidate`` (the
+    legacy two-call ADD/UPDATE/DELETE/NONE mode; every change reversible)."""
+    custom_instructions: str | None = None
+    """Extra guidance for extraction (``add(prompt=...)`` overrides it per call)."""
+    includes: str | None = None
+    """What to focus on (e.g. "food preferences, travel plans")."""
+    excludes: str | None = None
+    """What never to store (e.g. "health data")."""
+    vision: bool = False
+    """Describe images in messages with the (vision-capable) LLM instead of dropping them."""
+    recent_messages: int = Field(default=20, ge=0, le=200)
+    """Last stored messages of the scope shown as context."""
+    recent_memories: int = Field(default=20, ge=0, le=200)
+    """Newest memories of the scope shown as context."""
+    related_memories: int = Field(default=15, ge=0, le=200)
+    """Memories most related to the new messages (hybrid search) shown as context."""
+
+
 class EngramConfig(_Frozen):
     """The whole configuration of a :class:`~engramdb.Memory`."""
 
@@ -56,6 +79,7 @@ class EngramConfig(_Frozen):
     embedder: ProviderConfig = ProviderConfig(provider="local")
     llm: ProviderConfig | None = None
     limits: Limits = Limits()
+    extraction: ExtractionConfig = ExtractionConfig()
     retrieval: FusionConfig = HYBRID_RRF
     """How search fuses its signals (see :class:`engramdb.search.FusionConfig`)."""
     version: str | None = None
@@ -69,13 +93,26 @@ class EngramConfig(_Frozen):
         return Path(path).expanduser() if path else default_home() / "engram.db"
 
 
-def parse_config(config: EngramConfig | dict[str, Any] | None, path: str | Path | None) -> EngramConfig:
+def parse_config(
+    config: EngramConfig | dict[str, Any] | None, path: str | Path | None
+) -> EngramConfig:
     """Validate a mem0-shaped config dict; ``path`` overrides the store's path."""
     if isinstance(config, EngramConfig):
         cfg = config
     else:
+        raw = dict(config or {})
+        # mem0's name for steering extraction; ours are instructions added to our
+        # prompt, not a replacement of it (see docs/extraction.md).
+        legacy = raw.pop("custom_fact_extraction_prompt", None)
+        for key in ("custom_instructions",):
+            if key in raw:
+                legacy = raw.pop(key)
+        if legacy is not None:
+            extraction = dict(raw.get("extraction") or {})
+            extraction.setdefault("custom_instructions", legacy)
+            raw["extraction"] = extraction
         try:
-            cfg = EngramConfig.model_validate(config or {})
+            cfg = EngramConfig.model_validate(raw)
         except pydantic.ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
@@ -83,8 +120,15 @@ def parse_config(config: EngramConfig | dict[str, Any] | None, path: str | Path 
             )
             raise ConfigError(f"invalid configuration: {problems}") from None
     if cfg.vector_store.provider not in SUPPORTED_STORES:
-        raise UnknownProviderError("vector_store", cfg.vector_store.provider, list(SUPPORTED_STORES))
-    unknown = set(cfg.vector_store.config) - {"path", "db_path", "busy_timeout", "max_cached_vectors"}
+        raise UnknownProviderError(
+            "vector_store", cfg.vector_store.provider, list(SUPPORTED_STORES)
+        )
+    unknown = set(cfg.vector_store.config) - {
+        "path",
+        "db_path",
+        "busy_timeout",
+        "max_cached_vectors",
+    }
     if unknown:
         raise ConfigError(
             f"unknown sqlite vector_store option(s) {sorted(unknown)}; accepted: path, "

@@ -20,7 +20,18 @@ The whole tree::
     ├── StoreError                          the storage backend failed
     │   ├── SchemaVersionError              file written by a newer engramdb
     │   └── ConflictError                   changed by someone else meanwhile; retry
-    └── ImportFormatError (ValueError)      a JSONL import line we cannot read
+    ├── ImportFormatError (ValueError)      a JSONL import line we cannot read
+    ├── ExtractionError                     the LLM's reply was unusable; messages kept
+    └── LLMError                            the LLM call failed (.url, .model, .status)
+        ├── LLMConnectionError (ConnectionError)  server unreachable, after retries
+        ├── LLMTimeoutError (TimeoutError)  no reply within the timeout, after retries
+        ├── LLMHTTPError                    the server answered with an HTTP error
+        │   ├── LLMAuthError                401/403: the API key is missing or wrong
+        │   └── LLMRateLimitError           429 on every attempt
+        ├── LLMResponseError                a reply we cannot read (not JSON, no choices)
+        │   ├── LLMRefusalError             the model declined to answer
+        │   └── ReplyFormatError (ValueError)  content not of the asked JSON shape, after repair
+        └── LLMScriptError                  a ScriptedLLM ran out of responses (tests)
 
 Messages say what was wrong and what to do about it. Subclasses of
 ``ValueError`` keep ``except ValueError`` working for code written against
@@ -36,11 +47,22 @@ __all__ = [
     "EmbedderError",
     "EmbedderMismatchError",
     "EngramError",
+    "ExtractionError",
     "FilterError",
     "ImportFormatError",
+    "LLMAuthError",
+    "LLMConnectionError",
+    "LLMError",
+    "LLMHTTPError",
+    "LLMRateLimitError",
+    "LLMRefusalError",
+    "LLMResponseError",
+    "LLMScriptError",
+    "LLMTimeoutError",
     "MemoryNotFoundError",
     "MessagesError",
     "MetadataError",
+    "ReplyFormatError",
     "SchemaVersionError",
     "ScopeError",
     "StoreError",
@@ -154,3 +176,100 @@ class ConflictError(StoreError):
 
 class ImportFormatError(EngramError, ValueError):
     """A line of a JSONL import cannot be read; nothing was imported."""
+
+
+class LLMError(EngramError):
+    """An LLM call failed; the message names the URL and model and what to check.
+
+    Attributes carry the same facts for programs: ``url`` (credentials
+    removed), ``model``, ``status`` (the last HTTP status, if any) and
+    ``attempts`` (requests sent, retries included). No API key ever appears
+    in the message or the attributes.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        model: str | None = None,
+        status: int | None = None,
+        attempts: int = 1,
+    ) -> None:
+        self.url = url
+        self.model = model
+        self.status = status
+        self.attempts = attempts
+        super().__init__(message)
+
+
+class LLMConnectionError(LLMError, ConnectionError):
+    """The LLM server could not be reached (refused, DNS, dropped), even after retries."""
+
+
+class LLMTimeoutError(LLMError, TimeoutError):
+    """The LLM server sent no complete reply within the timeout, even after retries."""
+
+
+class LLMHTTPError(LLMError):
+    """The LLM server answered with an HTTP error status (``.status``)."""
+
+
+class LLMAuthError(LLMHTTPError):
+    """HTTP 401/403: the API key is missing, wrong or lacks access to the model."""
+
+
+class LLMRateLimitError(LLMHTTPError):
+    """HTTP 429 on every attempt: the server is rate limiting or out of quota."""
+
+
+class LLMResponseError(LLMError):
+    """The server replied, but not with a chat completion we can read."""
+
+
+class LLMRefusalError(LLMResponseError):
+    """The model declined to answer (an explicit refusal instead of content)."""
+
+
+class LLMScriptError(LLMError):
+    """A :class:`~engramdb.llms.ScriptedLLM` was called more often than scripted."""
+
+
+class ReplyFormatError(LLMResponseError, ValueError):
+    """The model's reply is not of the shape asked for, even after repairing common faults.
+
+    ``feedback`` is written for the model, not the user: the pipeline shows
+    it in its one retry (see :func:`engramdb.extract.retry_messages`). The
+    message and the feedback never quote the reply, which may be huge or
+    hostile.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        feedback: str | None = None,
+        url: str | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.feedback = feedback if feedback is not None else message
+        super().__init__(message, url=url, model=model)
+
+
+class ExtractionError(EngramError):
+    """Extraction failed (an unusable reply after one retry, or the LLM unreachable).
+
+    Nothing is lost: the messages were stored and the failure recorded as
+    ``failure_id``; ``Memory.retry_extraction(failure_id)`` runs extraction
+    on them again.
+    """
+
+    def __init__(self, reason: str, failure_id: int, message_count: int) -> None:
+        self.reason = reason
+        self.failure_id = failure_id
+        self.message_count = message_count
+        super().__init__(
+            f"memory extraction failed: {reason}. The {message_count} message(s) were kept "
+            f"(failure {failure_id}); call retry_extraction({failure_id}) to run extraction "
+            "on them again"
+        )

@@ -58,8 +58,9 @@ class FusionConfig(BaseModel):
 
 
 HYBRID_RRF = FusionConfig()
-HYBRID_WEIGHTED = FusionConfig(method="weighted", semantic_weight=0.6, bm25_weight=0.3,
-                               entity_weight=0.1)
+HYBRID_WEIGHTED = FusionConfig(
+    method="weighted", semantic_weight=0.6, bm25_weight=0.3, entity_weight=0.1
+)
 DENSE_ONLY = FusionConfig(bm25_weight=0.0, entity_weight=0.0)
 KEYWORD_ONLY = FusionConfig(semantic_weight=0.0, entity_weight=0.0)
 
@@ -110,8 +111,9 @@ def fuse(candidates: list[Candidate], config: FusionConfig) -> list[Hit]:
     total = (w_s + w_b + w_e) or 1.0
     hits = []
     for i, cand in enumerate(candidates):
-        sem_part = min(1.0, max(0.0, (cand.semantic - config.cosine_floor)
-                                / (1.0 - config.cosine_floor)))
+        sem_part = min(
+            1.0, max(0.0, (cand.semantic - config.cosine_floor) / (1.0 - config.cosine_floor))
+        )
         bm_part = cand.bm25 / (cand.bm25 + config.bm25_half)
         if config.method == "rrf":
             best = 1.0 / (config.rrf_k + 1)

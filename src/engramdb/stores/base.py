@@ -222,7 +222,7 @@ class Store(Protocol):
         """One memory by public id, or ``None``."""
         ...
 
-    def list(
+    def list_memories(
         self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
     ) -> list[MemoryRow]:
         """Live memories of a scope, newest first (ties by insertion order)."""
@@ -247,8 +247,10 @@ class Store(Protocol):
         entities: Sequence[str],
         n: int,
     ) -> list[Candidate]:
-        """The union of the top ``n`` by vector, the top ``n`` by BM25 and the
-        memories linked to the query's (normalised) entities, live and in scope.
+        """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links.
+
+        Only live memories in scope; the memories linked to the query's
+        (normalised) entities are included.
         """
         ...
 

@@ -211,8 +211,7 @@ class SQLiteStore:
     @staticmethod
     def _bump(con: sqlite3.Connection) -> int:
         row = con.execute(
-            "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'seq' "
-            "RETURNING value"
+            "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'seq' RETURNING value"
         ).fetchone()
         return int(row[0])
 
@@ -303,9 +302,7 @@ class SQLiteStore:
                     (owner, mem.hash),
                 ).fetchone()
                 if existing is not None:
-                    outcomes.append(
-                        self._attach_session(con, existing, scope, seq, actor, now)
-                    )
+                    outcomes.append(self._attach_session(con, existing, scope, seq, actor, now))
                     continue
                 if mem.embedding.size == 0:
                     # The caller skipped embedding a text it saw stored a moment ago;
@@ -532,6 +529,20 @@ class SQLiteStore:
                 (rowid, owner, normalized),
             )
 
+    def attach_session(self, memory_id: str, scope: Scope, actor: str) -> HistoryEvent | None:
+        """Attach the scope's run/agent to a live memory (the NONE of consolidation)."""
+        now = utc_now()
+        with self._write() as con, self._translate():
+            row = con.execute(
+                "SELECT rowid, id, text, agent_id, run_id FROM memories "
+                "WHERE id = ? AND deleted_at IS NULL",
+                (memory_id,),
+            ).fetchone()
+            if row is None:
+                raise MemoryNotFoundError(memory_id)
+            seq = self._bump(con)
+            return self._attach_session(con, row, scope, seq, actor, now).history
+
     @staticmethod
     def _insert_history(con: sqlite3.Connection, event: HistoryEvent) -> None:
         cur = con.execute(
@@ -734,9 +745,7 @@ class SQLiteStore:
             )
         if version == row.version:
             if not deleted:
-                raise VersionNotFoundError(
-                    f"memory {memory_id!r} is already at version {version}"
-                )
+                raise VersionNotFoundError(f"memory {memory_id!r} is already at version {version}")
             return RestorePlan(memory_id, row.version, True, row.text, row.metadata, None)
         for event in self.history(memory_id):
             if event.version == version and event.new_memory is not None:
@@ -794,9 +803,7 @@ class SQLiteStore:
                 seq=seq,
                 now=now,
             )
-            reason = (
-                f"restored version {plan.to_version}" if plan.to_version is not None else None
-            )
+            reason = f"restored version {plan.to_version}" if plan.to_version is not None else None
             if plan.undelete:
                 reason = "undeleted" + (f", {reason}" if reason else "")
             event = HistoryEvent(
@@ -869,9 +876,7 @@ class SQLiteStore:
                     "(SELECT entity_rowid FROM memory_entities)",
                     (owner,),
                 )
-            con.execute(
-                "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'epoch'"
-            )
+            con.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'epoch'")
         self._scrub()
         return len(rows)
 
@@ -1005,9 +1010,7 @@ class SQLiteStore:
                 con.execute(f"DELETE FROM {table}")
             con.execute("DELETE FROM memory_fts")
             con.execute("DELETE FROM meta WHERE key IN ('embedder_model', 'embedder_dim')")
-            con.execute(
-                "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'epoch'"
-            )
+            con.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'epoch'")
         self._dim = None
         self._scrub()
 
@@ -1053,7 +1056,7 @@ class SQLiteStore:
                 f"ON m.rowid = l.to_rowid WHERE l.from_rowid IN ({marks}) "
                 "UNION SELECT l.to_rowid, m.id FROM memory_links l JOIN memories m "
                 f"ON m.rowid = l.from_rowid WHERE l.to_rowid IN ({marks}) ORDER BY 2",
-                chunk + chunk,
+                [*chunk, *chunk],
             ):
                 by_rowid[rowid].linked_ids.append(linked)
         return out
@@ -1093,7 +1096,7 @@ class SQLiteStore:
             params += fparams
         return sql, params
 
-    def list(
+    def list_memories(
         self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
     ) -> list[MemoryRow]:
         """Live memories of a scope, newest first (ties by insertion order)."""
@@ -1235,8 +1238,10 @@ class SQLiteStore:
         entities: Sequence[str],
         n: int,
     ) -> list[Candidate]:
-        """The union of the top ``n`` by vector, the top ``n`` by BM25 and the
-        memories linked to the query's (normalised) entities, live and in scope.
+        """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links.
+
+        Only live memories in scope; the memories linked to the query's
+        (normalised) entities are included.
 
         Memories of an entity linked to more than ``n`` memories are not added
         as candidates (such an entity says little about any one of them); they
@@ -1257,7 +1262,8 @@ class SQLiteStore:
                 marks = ",".join("?" * len(entities))
                 ents = con.execute(
                     "SELECT e.rowid, e.normalized, (SELECT count(*) FROM memory_entities x "
-                    f"WHERE x.entity_rowid = e.rowid) FROM entities e WHERE e.normalized IN ({marks})",
+                    "WHERE x.entity_rowid = e.rowid) FROM entities e "
+                    f"WHERE e.normalized IN ({marks})",
                     list(entities),
                 ).fetchall()
                 for erow, name, degree in ents:
@@ -1362,9 +1368,7 @@ class SQLiteStore:
         if live:
             cache.bm25.add([r[0] for r in live], [(r[3] or "").split() for r in live])
             keys = np.array([r[0] for r in live], dtype=np.int64)
-            vecs = np.frombuffer(b"".join(r[2] for r in live), dtype=F32).reshape(
-                len(live), -1
-            )
+            vecs = np.frombuffer(b"".join(r[2] for r in live), dtype=F32).reshape(len(live), -1)
             cache.index.add(keys, vecs)
         cache.seq = seq
 

@@ -1,0 +1,110 @@
+"""Effects and their two drivers: the one place where sync and async differ.
+
+Every operation of the API is written once, as a generator (a *flow*) that
+yields effects — "embed these texts", "call this store method", "ask the
+LLM" — and receives their results. :func:`run_sync` performs the effects
+with blocking calls; :func:`run_async` performs them without blocking the
+event loop (native async for the LLM, a worker thread for the SQLite store
+and the CPU-bound local model). An exception raised by an effect is thrown
+back into the flow, so the flow's own ``try``/``except`` handles it the same
+way under both drivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from engramdb.stores.base import HistoryEvent
+
+__all__ = [
+    "Complete",
+    "Effect",
+    "EmbedDocuments",
+    "EmbedQuery",
+    "Emit",
+    "Flow",
+    "StoreCall",
+    "run_async",
+    "run_sync",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class EmbedDocuments:
+    """Embed texts to be stored; result: ``(n, dim)`` float32."""
+
+    texts: Sequence[str]
+
+
+@dataclass(frozen=True)
+class EmbedQuery:
+    """Embed a search query; result: ``(dim,)`` float32."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class StoreCall:
+    """Call ``store.<method>(*args, **kwargs)``; result: its return value."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Complete:
+    """Ask the LLM; result: a :class:`~engramdb.llms.Completion`."""
+
+    messages: list[dict[str, Any]]
+    schema: dict[str, Any] | None = None
+    schema_name: str = "response"
+
+
+@dataclass(frozen=True)
+class Emit:
+    """Hand committed history events to the subscribers; result: ``None``."""
+
+    events: Sequence[HistoryEvent]
+
+
+Effect = EmbedDocuments | EmbedQuery | StoreCall | Complete | Emit
+Flow = Generator[Effect, Any, T]
+
+
+def run_sync(flow: Flow[T], perform: Callable[[Effect], Any]) -> T:
+    """Drive ``flow`` to its end, performing each effect with ``perform``."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = flow.throw(error) if error is not None else flow.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            value, error = perform(effect), None
+        except Exception as exc:
+            value, error = None, exc
+
+
+async def run_async(flow: Flow[T], perform: Callable[[Effect], Awaitable[Any]]) -> T:
+    """Like :func:`run_sync`, awaiting each effect."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = flow.throw(error) if error is not None else flow.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            value, error = await perform(effect), None
+        except Exception as exc:
+            value, error = None, exc
+        except asyncio.CancelledError:
+            flow.close()
+            raise

@@ -1,0 +1,872 @@
+"""Every operation of the API, written once as a flow of effects.
+
+:class:`Operations` holds configuration only (no connection, no client,
+no model): its methods are generators that validate input, yield effects
+(:mod:`engramdb._engine`) for the I/O, and return mem0-shaped results.
+``Memory`` drives them synchronously, ``AsyncMemory`` asynchronously.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from engramdb._engine import Complete, EmbedDocuments, EmbedQuery, Emit, Flow, StoreCall
+from engramdb.config import EngramConfig, ExtractionConfig
+from engramdb.core.filters import Node, parse_filters, split_scope
+from engramdb.core.text import content_hash
+from engramdb.core.validate import (
+    check_id,
+    check_metadata,
+    check_scope,
+    check_text,
+    check_threshold,
+    check_top_k,
+    parse_messages,
+    parse_timestamp,
+)
+from engramdb.errors import (
+    ConfigError,
+    ConflictError,
+    DuplicateMemoryError,
+    ExtractionError,
+    LLMError,
+    MemoryNotFoundError,
+    ReplyFormatError,
+    ScopeError,
+    ValidationError,
+)
+from engramdb.extract import (
+    ADDITIVE_SCHEMA,
+    FACTS_SCHEMA,
+    PROCEDURAL_SCHEMA,
+    UPDATE_SCHEMA,
+    AdditiveContext,
+    ChatMessage,
+    KnownMemory,
+    build_additive_prompt,
+    build_fact_prompt,
+    build_procedural_prompt,
+    build_update_prompt,
+    image_parts,
+    observation_date,
+    parse_additive,
+    parse_description,
+    parse_facts,
+    parse_procedural,
+    parse_update,
+    retry_messages,
+    vision_prompt,
+)
+from engramdb.nlp import extract_entities, index_terms, query_terms
+from engramdb.search import fuse
+from engramdb.stores.base import (
+    AddOutcome,
+    EntityRef,
+    HistoryEvent,
+    MemoryRow,
+    NewMemory,
+    NewMessage,
+    Scope,
+)
+from engramdb.stores.sqlite import utc_now
+
+__all__ = ["Operations", "event_dict", "item"]
+
+log = logging.getLogger("engramdb")
+
+T = TypeVar("T")
+
+_ITEM_FIELDS = (
+    "user_id",
+    "agent_id",
+    "run_id",
+    "actor_id",
+    "role",
+    "attributed_to",
+    "memory_type",
+    "observed_at",
+    "expires_at",
+)
+
+
+def item(row: MemoryRow) -> dict[str, Any]:
+    """A stored memory in mem0's result shape (optional fields only when set)."""
+    out: dict[str, Any] = {
+        "id": row.id,
+        "memory": row.text,
+        "hash": row.hash,
+        "metadata": row.metadata,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+    }
+    for key in _ITEM_FIELDS:
+        value = getattr(row, key)
+        if value is not None:
+            out[key] = value
+    if row.run_ids:
+        out["run_ids"] = [row.run_id, *row.run_ids] if row.run_id else list(row.run_ids)
+    if row.agent_ids:
+        out["agent_ids"] = [row.agent_id, *row.agent_ids] if row.agent_id else list(row.agent_ids)
+    out["linked_memory_ids"] = list(row.linked_ids)
+    return out
+
+
+def event_dict(event: HistoryEvent) -> dict[str, Any]:
+    """A history event as :meth:`Memory.history` returns it."""
+    return {
+        "id": event.id,
+        "memory_id": event.memory_id,
+        "event": event.event,
+        "version": event.version,
+        "old_memory": event.old_memory,
+        "new_memory": event.new_memory,
+        "old_metadata": event.old_metadata,
+        "new_metadata": event.new_metadata,
+        "actor": event.actor,
+        "reason": event.reason,
+        "created_at": event.created_at,
+    }
+
+
+def entities_of(text: str) -> list[EntityRef]:
+    """Entity mentions of a text, as the store links them."""
+    return [(e.name, e.normalized, e.type) for e in extract_entities(text)]
+
+
+@dataclass
+class _Prepared:
+    """A validated add() call."""
+
+    scope: Scope
+    metadata: dict[str, Any]
+    messages: list[NewMessage]
+    chat: list[ChatMessage]
+    observed: str
+    expires: str | None
+    images: list[tuple[int, str]]
+
+
+class Operations:
+    """The flows behind every API method, parameterised by configuration only."""
+
+    def __init__(
+        self,
+        config: EngramConfig,
+        *,
+        embedder_model: str,
+        embedder_dim: int,
+        has_llm: bool,
+        actor: str,
+    ) -> None:
+        """Flows for ``config``; ``has_llm`` says whether ``Complete`` effects can run."""
+        self.config = config
+        self.limits = config.limits
+        self.extraction: ExtractionConfig = config.extraction
+        self.fusion = config.retrieval
+        self.embedder_model = embedder_model
+        self.embedder_dim = embedder_dim
+        self.has_llm = has_llm
+        self.actor = actor
+        self._bound = False
+        self._warned_no_llm = False
+
+    # -- shared steps -------------------------------------------------------------------
+
+    def _bind(self) -> Flow[None]:
+        # Deferred to the first call that embeds: opening a store stays cheap and
+        # reading needs no embedder.
+        if not self._bound:
+            yield StoreCall("bind_embedder", (self.embedder_model, self.embedder_dim))
+            self._bound = True
+
+    def unbind(self) -> None:
+        """Forget the embedder binding (after a reset erased it)."""
+        self._bound = False
+
+    def _emit(self, events: Sequence[HistoryEvent | None]) -> Flow[None]:
+        real = [e for e in events if e is not None]
+        if real:
+            yield Emit(real)
+
+    @staticmethod
+    def _memory_id(memory_id: object) -> str:
+        mid = check_id("memory_id", memory_id)
+        if mid is None:
+            raise ValidationError("memory_id is required")
+        return mid
+
+    def _scope_and_where(
+        self,
+        filters: dict[str, Any] | None,
+        ids: dict[str, object],
+        what: str,
+    ) -> tuple[Scope, Node | None]:
+        from_filters, rest = split_scope(filters)
+        for key, value in from_filters.items():
+            if ids[key] is not None and ids[key] != value:
+                raise ScopeError(
+                    f"{key} is given twice with different values ({ids[key]!r} as an "
+                    f"argument, {value!r} in filters)"
+                )
+            ids[key] = value
+        scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what=what)
+        return scope, parse_filters(rest)
+
+    def _embed_new(self, memories: Sequence[NewMemory], skip: set[str]) -> Flow[None]:
+        todo = [m for m in memories if m.hash not in skip and m.embedding.size == 0]
+        if todo:
+            vectors = yield EmbedDocuments([m.text for m in todo])
+            for mem, vec in zip(todo, vectors, strict=True):
+                mem.embedding = vec
+
+    def _store(
+        self,
+        memories: list[NewMemory],
+        prep: _Prepared,
+        *,
+        source_rowids: Sequence[int] = (),
+        resolve_failure: int | None = None,
+        store_messages: bool = True,
+    ) -> Flow[list[AddOutcome]]:
+        """Embed what is new and write memories + messages in one transaction."""
+        yield from self._bind()
+        # Embedding is most of the cost of an add: skip texts the owner already has.
+        known = yield StoreCall("existing_hashes", (prep.scope.owner, [m.hash for m in memories]))
+        messages = prep.messages if store_messages else []
+        kwargs = {"source_rowids": source_rowids, "resolve_failure": resolve_failure}
+        try:
+            yield from self._embed_new(memories, known)
+            outcomes = yield StoreCall("add", (memories, messages, prep.scope, self.actor), kwargs)
+        except ConflictError:
+            # A known text was deleted meanwhile: it needs its vector after all.
+            yield from self._embed_new(memories, set())
+            outcomes = yield StoreCall("add", (memories, messages, prep.scope, self.actor), kwargs)
+        yield from self._emit([o.history for o in outcomes])
+        return list(outcomes)
+
+    def _new_memory(self, text: str, prep: _Prepared, **fields: Any) -> NewMemory:
+        return NewMemory(
+            id=str(uuid.uuid4()),
+            text=text,
+            hash=content_hash(text),
+            embedding=_EMPTY,
+            terms=index_terms(text),
+            entities=entities_of(text),
+            metadata=prep.metadata,
+            expires_at=prep.expires,
+            **fields,
+        )
+
+    # -- add ------------------------------------------------------------------------------
+
+    def _prepare(
+        self,
+        messages: object,
+        ids: dict[str, object],
+        metadata: object,
+        timestamp: object,
+        expiration_date: object,
+    ) -> _Prepared:
+        scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="add()")
+        meta = check_metadata(metadata)
+        msgs = parse_messages(messages, self.limits.max_text_chars, self.limits.max_messages)
+        observed = parse_timestamp(timestamp) or utc_now()
+        expires = parse_timestamp(expiration_date, "expiration_date")
+        images: list[tuple[int, str]] = []
+        if isinstance(messages, list | tuple):
+            for i, raw in enumerate(messages):
+                if isinstance(raw, dict):
+                    images.extend((i, url) for url in image_parts(raw.get("content")))
+        elif isinstance(messages, dict):
+            images.extend((0, url) for url in image_parts(messages.get("content")))
+        return _Prepared(
+            scope=scope,
+            metadata=meta,
+            messages=[NewMessage(m.role, m.content, m.name, m.timestamp or observed) for m in msgs],
+            chat=[ChatMessage(m.role, m.content, m.name, m.timestamp or observed) for m in msgs],
+            observed=observed,
+            expires=expires,
+            images=images,
+        )
+
+    def add(
+        self,
+        messages: object,
+        *,
+        ids: dict[str, object],
+        metadata: object,
+        infer: bool,
+        timestamp: object,
+        expiration_date: object,
+        memory_type: object,
+        prompt: object,
+    ) -> Flow[dict[str, Any]]:
+        """``Memory.add``: extraction by the LLM when there is one, verbatim otherwise."""
+        prep = self._prepare(messages, ids, metadata, timestamp, expiration_date)
+        if memory_type not in (None, "procedural_memory"):
+            raise ValidationError(
+                f"memory_type must be None or 'procedural_memory', got {memory_type!r}"
+            )
+        if prompt is not None and not isinstance(prompt, str):
+            raise ValidationError("prompt must be a string")
+        if memory_type == "procedural_memory":
+            if not self.has_llm:
+                raise ConfigError(
+                    "procedural memories are written by an LLM; configure one "
+                    "({'llm': {...}} or ENGRAM_LLM)"
+                )
+            if prep.scope.agent_id is None:
+                raise ScopeError("a procedural memory belongs to an agent: pass agent_id")
+        use_llm = bool(infer) and self.has_llm
+        if infer and not self.has_llm and not self._warned_no_llm:
+            self._warned_no_llm = True
+            log.info(
+                "no LLM is configured, so add() stores messages verbatim instead of "
+                "extracting facts; configure {'llm': {...}} or ENGRAM_LLM to turn it on"
+            )
+        if prep.images:
+            yield from self._describe_images(prep, use_llm)
+        if memory_type == "procedural_memory":
+            return (yield from self._procedural(prep, prompt))
+        if not use_llm:
+            return (yield from self._verbatim(prep))
+        if self.extraction.mode == "consolidate":
+            return (yield from self._consolidate(prep, prompt))
+        return (yield from self._additive(prep, prompt))
+
+    def _verbatim(self, prep: _Prepared) -> Flow[dict[str, Any]]:
+        new = [
+            self._new_memory(
+                msg.content.strip(),
+                prep,
+                actor_id=msg.name,
+                role=msg.role,
+                observed_at=msg.observed_at,
+                source_messages=[i],
+            )
+            for i, msg in enumerate(prep.messages)
+            if msg.role != "system" and msg.content.strip()
+        ]
+        outcomes = yield from self._store(new, prep)
+        return {"results": [{"id": o.id, "memory": o.memory, "event": o.event} for o in outcomes]}
+
+    def _describe_images(self, prep: _Prepared, use_llm: bool) -> Flow[None]:
+        if not (use_llm and self.extraction.vision):
+            log.warning(
+                "dropped %d image(s) from the messages: describing images needs an LLM "
+                "with extraction.vision enabled",
+                len(prep.images),
+            )
+            return
+        for index, url in prep.images:
+            try:
+                completion = yield Complete(vision_prompt(url))
+                description = parse_description(completion.text)
+            except (LLMError, ReplyFormatError) as exc:
+                log.warning("could not describe an image of message %d: %s", index, exc)
+                continue
+            if index < len(prep.messages):
+                note = f"[shares an image: {description}]"
+                msg = prep.messages[index]
+                msg.content = f"{msg.content}\n{note}".strip()
+                old = prep.chat[index]
+                prep.chat[index] = ChatMessage(old.role, msg.content, old.name, old.timestamp)
+
+    def _ask(
+        self,
+        messages: list[dict[str, Any]],
+        schema: dict[str, Any],
+        name: str,
+        parse: Callable[[str], T],
+    ) -> Flow[T]:
+        """One LLM call, and one retry showing the error if the reply is unusable."""
+        completion = yield Complete(messages, schema, name)
+        try:
+            return parse(completion.text)
+        except ReplyFormatError as err:
+            log.warning("unusable %s reply from the LLM (%s); retrying once", name, err)
+            again = yield Complete(retry_messages(messages, completion.text, err), schema, name)
+            return parse(again.text)
+
+    def _extract(self, prep: _Prepared, ask: Flow[T], failure_id: int | None) -> Flow[T]:
+        """Run an extraction call; on failure keep the messages and raise ExtractionError."""
+        try:
+            return (yield from ask)
+        except (ReplyFormatError, LLMError) as exc:
+            if failure_id is None:
+                failure_id = yield StoreCall(
+                    "keep_failed", (prep.scope, prep.messages, f"{type(exc).__name__}: {exc}", None)
+                )
+            assert failure_id is not None
+            raise ExtractionError(str(exc), failure_id, len(prep.messages)) from exc
+
+    def _related(self, scope: Scope, text: str, k: int) -> Flow[list[MemoryRow]]:
+        """Existing memories of the scope most related to ``text`` (hybrid search)."""
+        if k <= 0 or not text.strip():
+            return []
+        yield from self._bind()
+        vec = yield EmbedQuery(text[: self.limits.max_text_chars])
+        hits = yield from self._hybrid(scope, None, text, vec, k)
+        return [h.row for h in hits]
+
+    def _hybrid(
+        self, scope: Scope, where: Node | None, query: str, vec: Any, k: int
+    ) -> Flow[list[Any]]:
+        cfg = self.fusion
+        terms = query_terms(query) if cfg.bm25_weight > 0 else []
+        entities = (
+            sorted({e.normalized for e in extract_entities(query)}) if cfg.entity_weight > 0 else []
+        )
+        candidates = yield StoreCall(
+            "candidates", (scope, where, vec, terms, entities, max(cfg.pool, k))
+        )
+        return fuse(candidates, cfg)[:k]
+
+    def _additive(
+        self,
+        prep: _Prepared,
+        prompt: object,
+        *,
+        failure_id: int | None = None,
+        source_rowids: Sequence[int] = (),
+    ) -> Flow[dict[str, Any]]:
+        cfg = self.extraction
+        scope = prep.scope
+        recent_messages: list[NewMessage] = yield StoreCall(
+            "recent_messages", (scope, cfg.recent_messages)
+        )
+        if source_rowids:
+            # A retry: the failed call's messages are already the newest stored ones.
+            recent_messages = recent_messages[: max(0, len(recent_messages) - len(prep.messages))]
+        recent_rows: list[MemoryRow] = yield StoreCall(
+            "list_memories", (scope, None), {"limit": cfg.recent_memories}
+        )
+        said = "\n".join(m.content for m in prep.chat if m.role != "system")
+        related = yield from self._related(scope, said, cfg.related_memories)
+        new_chat = [m for m in prep.chat if m.role != "system"]
+        ctx = AdditiveContext(
+            new_messages=new_chat,
+            recent_messages=[
+                ChatMessage(m.role, m.content, m.name, m.observed_at) for m in recent_messages
+            ],
+            recent_memories=[KnownMemory(r.id, r.text, r.observed_at) for r in recent_rows],
+            related_memories=[KnownMemory(r.id, r.text, r.observed_at) for r in related],
+            observation_date=observation_date(new_chat, prep.observed),
+            custom_instructions=prompt if isinstance(prompt, str) else cfg.custom_instructions,
+            includes=cfg.includes,
+            excludes=cfg.excludes,
+        )
+        messages, ids = build_additive_prompt(ctx)
+        outcome = yield from self._extract(
+            prep,
+            self._ask(
+                messages,
+                ADDITIVE_SCHEMA,
+                "memories",
+                lambda text: parse_additive(text, ids, max_chars=self.limits.max_text_chars),
+            ),
+            failure_id,
+        )
+        for warning in outcome.warnings:
+            log.warning("extraction: %s", warning)
+        sources = list(range(len(prep.messages) if not source_rowids else len(source_rowids)))
+        speakers = {m.role: m.name for m in prep.messages if m.name}
+        new = [
+            self._new_memory(
+                e.text,
+                prep,
+                role=e.attributed_to,
+                attributed_to=e.attributed_to,
+                actor_id=speakers.get(e.attributed_to),
+                observed_at=prep.observed,
+                source_messages=sources,
+                links=list(e.linked_ids),
+            )
+            for e in outcome.items
+        ]
+        outcomes = yield from self._store(
+            new,
+            prep,
+            source_rowids=source_rowids,
+            resolve_failure=failure_id,
+            store_messages=not source_rowids,
+        )
+        return {"results": [{"id": o.id, "memory": o.memory, "event": o.event} for o in outcomes]}
+
+    def _procedural(self, prep: _Prepared, prompt: object) -> Flow[dict[str, Any]]:
+        messages = build_procedural_prompt(
+            prep.chat,
+            observation_date(prep.chat, prep.observed),
+            prompt if isinstance(prompt, str) else self.extraction.custom_instructions,
+        )
+        summary = yield from self._extract(
+            prep,
+            self._ask(
+                messages,
+                PROCEDURAL_SCHEMA,
+                "procedural",
+                lambda text: parse_procedural(text, max_chars=self.limits.max_text_chars),
+            ),
+            None,
+        )
+        new = [
+            self._new_memory(
+                summary,
+                prep,
+                role="assistant",
+                attributed_to="assistant",
+                memory_type="procedural_memory",
+                observed_at=prep.observed,
+                source_messages=list(range(len(prep.messages))),
+            )
+        ]
+        outcomes = yield from self._store(new, prep)
+        return {"results": [{"id": o.id, "memory": o.memory, "event": o.event} for o in outcomes]}
+
+    def _consolidate(self, prep: _Prepared, prompt: object) -> Flow[dict[str, Any]]:
+        """The legacy two-call mode: facts, then ADD/UPDATE/DELETE/NONE over known ids.
+
+        Every change goes through the same path as the explicit API (history,
+        re-embedding, soft delete) with actor ``llm``, so each is reversible.
+        """
+        cfg = self.extraction
+        day = observation_date(prep.chat, prep.observed)
+        facts = yield from self._extract(
+            prep,
+            self._ask(
+                build_fact_prompt(
+                    prep.chat,
+                    day,
+                    prompt if isinstance(prompt, str) else cfg.custom_instructions,
+                    cfg.includes,
+                    cfg.excludes,
+                ),
+                FACTS_SCHEMA,
+                "facts",
+                lambda text: parse_facts(text, max_chars=self.limits.max_text_chars),
+            ),
+            None,
+        )
+        existing: dict[str, MemoryRow] = {}
+        for fact in facts.items:
+            for row in (yield from self._related(prep.scope, fact, 5)):
+                existing.setdefault(row.id, row)
+        known = [KnownMemory(r.id, r.text, r.observed_at) for r in existing.values()]
+        messages, ids = build_update_prompt(facts.items, known, day)
+        ops = yield from self._extract(
+            prep,
+            self._ask(
+                messages,
+                UPDATE_SCHEMA,
+                "memory",
+                lambda text: parse_update(text, ids, max_chars=self.limits.max_text_chars),
+            ),
+            None,
+        )
+        for warning in ops.warnings:
+            log.warning("consolidation: %s", warning)
+        adds = [
+            self._new_memory(
+                op.text,
+                prep,
+                role="user",
+                attributed_to="user",
+                observed_at=prep.observed,
+                source_messages=list(range(len(prep.messages))),
+            )
+            for op in ops.items
+            if op.event == "ADD" and op.text
+        ]
+        # The messages and the new memories go in first, in one transaction.
+        outcomes = yield from self._store(adds, prep)
+        results = [{"id": o.id, "memory": o.memory, "event": o.event} for o in outcomes]
+        for op in ops.items:
+            if op.memory_id is None or op.event == "ADD":
+                continue
+            try:
+                if op.event == "UPDATE" and op.text:
+                    before = existing[op.memory_id].text
+                    changed = yield from self.update(
+                        op.memory_id, text=op.text, actor="llm", reason="consolidation"
+                    )
+                    results.append(
+                        {
+                            "id": op.memory_id,
+                            "memory": changed["memory"],
+                            "event": "UPDATE",
+                            "previous_memory": before,
+                        }
+                    )
+                elif op.event == "DELETE":
+                    yield from self.delete(op.memory_id, actor="llm", reason="consolidation")
+                    results.append(
+                        {
+                            "id": op.memory_id,
+                            "memory": existing[op.memory_id].text,
+                            "event": "DELETE",
+                        }
+                    )
+                elif op.event == "NONE":
+                    event = yield StoreCall("attach_session", (op.memory_id, prep.scope, "llm"))
+                    yield from self._emit([event])
+                    results.append(
+                        {"id": op.memory_id, "memory": existing[op.memory_id].text, "event": "NONE"}
+                    )
+            except (MemoryNotFoundError, DuplicateMemoryError, ConflictError) as exc:
+                log.warning("consolidation: skipped %s of %s: %s", op.event, op.memory_id, exc)
+        return {"results": results}
+
+    def retry_extraction(self, failure_id: object) -> Flow[dict[str, Any]]:
+        """Run extraction again on the messages a failed add() kept."""
+        if isinstance(failure_id, bool) or not isinstance(failure_id, int):
+            raise ValidationError(f"failure_id must be an integer, got {failure_id!r}")
+        if not self.has_llm:
+            raise ConfigError("retrying extraction needs an LLM; none is configured")
+        found = yield StoreCall("failure", (failure_id,))
+        if found is None:
+            raise ValidationError(f"no extraction failure with id {failure_id}")
+        scope, stored, resolved = found
+        if resolved:
+            raise ValidationError(f"extraction failure {failure_id} was already resolved")
+        msgs = [m for _, m in stored]
+        prep = _Prepared(
+            scope=scope,
+            metadata={},
+            messages=msgs,
+            chat=[ChatMessage(m.role, m.content, m.name, m.observed_at) for m in msgs],
+            observed=max((m.observed_at for m in msgs if m.observed_at), default=utc_now()),
+            expires=None,
+            images=[],
+        )
+        return (
+            yield from self._additive(
+                prep, None, failure_id=failure_id, source_rowids=[r for r, _ in stored]
+            )
+        )
+
+    def failures(
+        self, ids: dict[str, object], include_resolved: bool
+    ) -> Flow[list[dict[str, Any]]]:
+        """Recorded extraction failures of a scope."""
+        scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="failures()")
+        found: list[dict[str, Any]] = yield StoreCall(
+            "failures", (scope,), {"include_resolved": include_resolved}
+        )
+        return found
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: object,
+        *,
+        filters: dict[str, Any] | None,
+        top_k: object,
+        threshold: object,
+        explain: bool,
+        ids: dict[str, object],
+        expand_links: bool = False,
+    ) -> Flow[dict[str, Any]]:
+        """``Memory.search``."""
+        text = check_text(query, self.limits.max_text_chars, "query")
+        k = check_top_k(top_k)
+        thr = check_threshold(threshold)
+        scope, where = self._scope_and_where(filters, ids, "search()")
+        yield from self._bind()
+        vec = yield EmbedQuery(text)
+        hits = yield from self._hybrid(scope, where, text, vec, k)
+        results = []
+        seen = {h.row.id for h in hits}
+        for hit in hits:
+            if thr is not None and hit.score < thr:
+                continue
+            out = item(hit.row)
+            out["score"] = hit.score
+            if explain:
+                out["explain"] = hit.explain
+            results.append(out)
+            if expand_links:
+                for linked_id in hit.row.linked_ids:
+                    if linked_id in seen:
+                        continue
+                    seen.add(linked_id)
+                    linked = yield StoreCall("get", (linked_id,))
+                    if linked is None or not _in_scope(linked, scope):
+                        continue
+                    extra = item(linked)
+                    extra["score"] = hit.score
+                    extra["linked_from"] = hit.row.id
+                    results.append(extra)
+        return {"results": results}
+
+    def get(self, memory_id: object) -> Flow[dict[str, Any] | None]:
+        """``Memory.get``."""
+        row = yield StoreCall("get", (self._memory_id(memory_id),))
+        return None if row is None else item(row)
+
+    def get_all(
+        self,
+        *,
+        filters: dict[str, Any] | None,
+        top_k: object,
+        offset: object,
+        ids: dict[str, object],
+    ) -> Flow[dict[str, Any]]:
+        """``Memory.get_all``."""
+        k = check_top_k(top_k)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValidationError(f"offset must be a non-negative integer, got {offset!r}")
+        scope, where = self._scope_and_where(filters, ids, "get_all()")
+        rows = yield StoreCall("list_memories", (scope, where), {"limit": k, "offset": offset})
+        return {"results": [item(r) for r in rows]}
+
+    def history(self, memory_id: object) -> Flow[list[dict[str, Any]]]:
+        """``Memory.history``."""
+        mid = self._memory_id(memory_id)
+        events = yield StoreCall("history", (mid,))
+        if not events:
+            row = yield StoreCall("get", (mid,), {"include_deleted": True})
+            if row is None:
+                raise MemoryNotFoundError(mid)
+        return [event_dict(e) for e in events]
+
+    def timeline(self, memory_id: object, limit: int = 100) -> Flow[list[dict[str, Any]]]:
+        """A memory and every memory linked to it (transitively), by observation time."""
+        mid = self._memory_id(memory_id)
+        start = yield StoreCall("get", (mid,))
+        if start is None:
+            raise MemoryNotFoundError(mid)
+        found = {start.id: start}
+        frontier = [start]
+        while frontier and len(found) < limit:
+            row = frontier.pop()
+            for linked_id in row.linked_ids:
+                if linked_id in found:
+                    continue
+                linked = yield StoreCall("get", (linked_id,))
+                if linked is not None:
+                    found[linked.id] = linked
+                    frontier.append(linked)
+        ordered = sorted(
+            found.values(), key=lambda r: (r.observed_at or r.created_at, r.created_at)
+        )
+        return [item(r) for r in ordered]
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def update(
+        self,
+        memory_id: object,
+        *,
+        text: object = None,
+        metadata: object = None,
+        actor: str | None = None,
+        reason: str | None = None,
+    ) -> Flow[dict[str, Any]]:
+        """``Memory.update``: new text and/or metadata, history keeps the old."""
+        if text is None and metadata is None:
+            raise ValidationError("update() needs text and/or metadata")
+        mid = self._memory_id(memory_id)
+        row = yield StoreCall("get", (mid,))
+        if row is None:
+            raise MemoryNotFoundError(mid)
+        new_meta = row.metadata if metadata is None else check_metadata(metadata)
+        new_text = (
+            row.text if text is None else check_text(text, self.limits.max_text_chars).strip()
+        )
+        embedding = None
+        if new_text != row.text:
+            yield from self._bind()
+            embedding = (yield EmbedDocuments([new_text]))[0]
+        new_row, event = yield StoreCall(
+            "update",
+            (mid,),
+            {
+                "text": new_text,
+                "hash": content_hash(new_text),
+                "embedding": embedding,
+                "terms": index_terms(new_text),
+                "entities": entities_of(new_text),
+                "metadata": new_meta,
+                "actor": actor or self.actor,
+                "reason": reason,
+            },
+        )
+        yield from self._emit([event])
+        return {"message": "Memory updated successfully!", **item(new_row)}
+
+    def delete(
+        self, memory_id: object, *, actor: str | None = None, reason: str | None = None
+    ) -> Flow[dict[str, Any]]:
+        """``Memory.delete``: soft delete."""
+        mid = self._memory_id(memory_id)
+        _, event = yield StoreCall(
+            "delete", (mid,), {"actor": actor or self.actor, "reason": reason}
+        )
+        yield from self._emit([event])
+        return {"message": "Memory deleted successfully!", "id": mid}
+
+    def delete_all(self, ids: dict[str, object]) -> Flow[dict[str, Any]]:
+        """``Memory.delete_all``: soft-delete one scope."""
+        scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="delete_all()")
+        events = yield StoreCall("delete_scope", (scope,), {"actor": self.actor})
+        yield from self._emit(events)
+        return {"message": "Memories deleted successfully!", "deleted": len(events)}
+
+    def restore(self, memory_id: object, version: object) -> Flow[dict[str, Any]]:
+        """``Memory.restore``: undo a delete or an update."""
+        mid = self._memory_id(memory_id)
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+            raise ValidationError(f"version must be an integer, got {type(version).__name__}")
+        plan = yield StoreCall("plan_restore", (mid, version))
+        current = yield StoreCall("get", (mid,), {"include_deleted": True})
+        embedding = None
+        if current is not None and plan.text != current.text:
+            yield from self._bind()
+            embedding = (yield EmbedDocuments([plan.text]))[0]
+        row, event = yield StoreCall(
+            "apply_restore",
+            (plan,),
+            {
+                "hash": content_hash(plan.text),
+                "embedding": embedding,
+                "terms": index_terms(plan.text),
+                "entities": entities_of(plan.text),
+                "actor": self.actor,
+            },
+        )
+        yield from self._emit([event])
+        return item(row)
+
+    def purge(self, memory_id: object, ids: dict[str, object]) -> Flow[dict[str, Any]]:
+        """``Memory.purge``: irreversible erasure."""
+        if memory_id is not None:
+            if any(v is not None for v in ids.values()):
+                raise ValidationError("purge() takes a memory_id or scope ids, not both")
+            count = yield StoreCall("purge", (), {"memory_id": self._memory_id(memory_id)})
+        else:
+            scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="purge()")
+            count = yield StoreCall("purge", (), {"scope": scope})
+        log.info("purged %d memories", count)
+        return {"message": "Memories purged.", "purged": count}
+
+
+def _in_scope(row: MemoryRow, scope: Scope) -> bool:
+    for kind, value in scope.items():
+        if kind == "user_id" and row.user_id != value:
+            return False
+        if kind == "agent_id" and value != row.agent_id and value not in row.agent_ids:
+            return False
+        if kind == "run_id" and value != row.run_id and value not in row.run_ids:
+            return False
+    return True
+
+
+_EMPTY = np.empty(0, dtype=np.float32)
+"""A memory's vector before it is computed (or when the store holds it already)."""
