@@ -9,11 +9,11 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from engramdb.errors import ConfigError, UnknownProviderError
+from engramdb.errors import ConfigError
 from engramdb.search import HYBRID_RRF, FusionConfig
+from engramdb.stores import check_store_config
 
 __all__ = [
-    "SUPPORTED_STORES",
     "EngramConfig",
     "ExtractionConfig",
     "Limits",
@@ -21,8 +21,6 @@ __all__ = [
     "default_home",
     "parse_config",
 ]
-
-SUPPORTED_STORES = ("sqlite",)
 
 
 def default_home() -> Path:
@@ -87,11 +85,6 @@ class EngramConfig(_Frozen):
     history_db_path: str | None = None
     """Accepted for mem0 compatibility; history lives in the store itself."""
 
-    def store_path(self) -> Path:
-        """The SQLite file this configuration points at."""
-        path = self.vector_store.config.get("path") or self.vector_store.config.get("db_path")
-        return Path(path).expanduser() if path else default_home() / "engram.db"
-
 
 def parse_config(
     config: EngramConfig | dict[str, Any] | None, path: str | Path | None
@@ -119,21 +112,7 @@ def parse_config(
                 for err in exc.errors()
             )
             raise ConfigError(f"invalid configuration: {problems}") from None
-    if cfg.vector_store.provider not in SUPPORTED_STORES:
-        raise UnknownProviderError(
-            "vector_store", cfg.vector_store.provider, list(SUPPORTED_STORES)
-        )
-    unknown = set(cfg.vector_store.config) - {
-        "path",
-        "db_path",
-        "busy_timeout",
-        "max_cached_vectors",
-    }
-    if unknown:
-        raise ConfigError(
-            f"unknown sqlite vector_store option(s) {sorted(unknown)}; accepted: path, "
-            "busy_timeout, max_cached_vectors"
-        )
+    check_store_config(cfg.vector_store.provider, cfg.vector_store.config)
     if path is not None:
         cfg = cfg.model_copy(
             update={

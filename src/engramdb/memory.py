@@ -30,7 +30,7 @@ from engramdb._engine import (
     run_sync,
 )
 from engramdb._ops import Operations, entities_of, event_dict, item
-from engramdb.config import EngramConfig, parse_config
+from engramdb.config import EngramConfig, default_home, parse_config
 from engramdb.core.text import content_hash
 from engramdb.core.validate import (
     check_id,
@@ -43,8 +43,8 @@ from engramdb.embedders import Embedder, make_embedder
 from engramdb.errors import ConfigError, ImportFormatError, ValidationError
 from engramdb.llms import LLM, llm_from_env, make_llm
 from engramdb.nlp import index_terms
+from engramdb.stores import Store, make_store
 from engramdb.stores.base import HistoryEvent, MemoryRow
-from engramdb.stores.sqlite import SQLiteStore
 
 __all__ = ["AsyncMemory", "EventCallback", "Memory"]
 
@@ -92,11 +92,10 @@ class _Base:
             self.llm = make_llm(self.config.llm.provider, dict(self.config.llm.config))
         else:
             self.llm = llm_from_env()
-        store_cfg = self.config.vector_store.config
-        self.store = SQLiteStore(
-            self.config.store_path(),
-            busy_timeout_s=float(store_cfg.get("busy_timeout", 30.0)),
-            max_cached_vectors=int(store_cfg.get("max_cached_vectors", 2_000_000)),
+        self.store: Store = make_store(
+            self.config.vector_store.provider,
+            self.config.vector_store.config,
+            default_home() / "engram.db",
         )
         self._ops = Operations(
             self.config,

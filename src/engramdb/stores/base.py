@@ -199,12 +199,19 @@ class Store(Protocol):
         """Record the embedder on first use; refuse a different one afterwards."""
         ...
 
+    def bound_embedder(self) -> tuple[str, int] | None:
+        """The ``(model, dim)`` recorded in the store, if any."""
+        ...
+
     def add(
         self,
         memories: Sequence[NewMemory],
         messages: Sequence[NewMessage],
         scope: Scope,
         actor: str,
+        *,
+        source_rowids: Sequence[int] = (),
+        resolve_failure: int | None = None,
     ) -> list[AddOutcome]:
         """Store messages and memories in one transaction; repeats become NONE.
 
@@ -212,6 +219,28 @@ class Store(Protocol):
         repeat; if it is not (any more), the store raises ConflictError and
         writes nothing.
         """
+        ...
+
+    def attach_session(self, memory_id: str, scope: Scope, actor: str) -> HistoryEvent | None:
+        """Attach the scope's run/agent to a live memory; None if nothing was new."""
+        ...
+
+    def keep_failed(
+        self, scope: Scope, messages: Sequence[NewMessage], error: str, reply: str | None
+    ) -> int:
+        """Store the messages of a failed extraction and the failure; returns its id."""
+        ...
+
+    def failure(self, failure_id: int) -> tuple[Scope, list[tuple[int, NewMessage]], bool] | None:
+        """A recorded failure: scope, ``(message id, message)`` pairs, resolved or not."""
+        ...
+
+    def failures(self, scope: Scope, *, include_resolved: bool = False) -> list[dict[str, Any]]:
+        """Recorded extraction failures of a scope, newest first."""
+        ...
+
+    def recent_messages(self, scope: Scope, limit: int) -> list[NewMessage]:
+        """The last ``limit`` raw messages of a scope, oldest first."""
         ...
 
     def existing_hashes(self, owner: str, hashes: Sequence[str]) -> set[str]:
