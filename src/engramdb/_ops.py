@@ -444,11 +444,15 @@ class Operations:
         if source_rowids:
             # A retry: the failed call's messages are already the newest stored ones.
             recent_messages = recent_messages[: max(0, len(recent_messages) - len(prep.messages))]
+        # Known memories come from the owner's whole store (the user's, across runs
+        # and agents), not just this run: a new session must see what earlier ones
+        # learnt to skip repeats and to link a changed preference. Never wider.
+        owner = _owner_scope(scope)
         recent_rows: list[MemoryRow] = yield StoreCall(
-            "list_memories", (scope, None), {"limit": cfg.recent_memories}
+            "list_memories", (owner, None), {"limit": cfg.recent_memories}
         )
         said = "\n".join(m.content for m in prep.chat if m.role != "system")
-        related = yield from self._related(scope, said, cfg.related_memories)
+        related = yield from self._related(owner, said, cfg.related_memories)
         new_chat = [m for m in prep.chat if m.role != "system"]
         ctx = AdditiveContext(
             new_messages=new_chat,
@@ -555,7 +559,7 @@ class Operations:
         )
         existing: dict[str, MemoryRow] = {}
         for fact in facts.items:
-            for row in (yield from self._related(prep.scope, fact, 5)):
+            for row in (yield from self._related(_owner_scope(prep.scope), fact, 5)):
                 existing.setdefault(row.id, row)
         known = [KnownMemory(r.id, r.text, r.observed_at) for r in existing.values()]
         messages, ids = build_update_prompt(facts.items, known, day)
@@ -855,6 +859,15 @@ class Operations:
             count = yield StoreCall("purge", (), {"scope": scope})
         log.info("purged %d memories", count)
         return {"message": "Memories purged.", "purged": count}
+
+
+def _owner_scope(scope: Scope) -> Scope:
+    """The dedup owner as a scope: the user, else the agent, else the run."""
+    if scope.user_id is not None:
+        return Scope(user_id=scope.user_id)
+    if scope.agent_id is not None:
+        return Scope(agent_id=scope.agent_id)
+    return Scope(run_id=scope.run_id)
 
 
 def _in_scope(row: MemoryRow, scope: Scope) -> bool:
