@@ -119,6 +119,9 @@ def test_timestamps_and_expiration(mem: Memory) -> None:
     call_ts = mem.add("Another fact", user_id="u", timestamp=1_700_000_000)["results"][0]
     got = mem.get(call_ts["id"])
     assert got is not None and got["observed_at"].startswith("2023-11-14T22:13:20")
+    as_text = mem.add("A third fact", user_id="u", timestamp="1700000000")["results"][0]
+    got = mem.get(as_text["id"])
+    assert got is not None and got["observed_at"].startswith("2023-11-14T22:13:20")
 
 
 def test_expired_memories_are_hidden_from_search_and_list(mem: Memory) -> None:
@@ -141,6 +144,8 @@ def test_expired_memories_are_hidden_from_search_and_list(mem: Memory) -> None:
         ({"user_id": "u", "metadata": {"created_at": "x"}}, MetadataError),
         ({"user_id": "u", "metadata": {"k": {1, 2}}}, MetadataError),
         ({"user_id": "u", "metadata": {"k": float("nan")}}, MetadataError),
+        ({"user_id": "u", "metadata": {"k": "a\x00b"}}, MetadataError),
+        ({"user_id": "u", "metadata": {"k": [2**70]}}, MetadataError),
         ({"user_id": "u", "timestamp": "yesterday"}, TimestampError),
         ({"user_id": "u", "expiration_date": "2024-13-45"}, TimestampError),
         ({"user_id": "u", "timestamp": [1]}, TimestampError),

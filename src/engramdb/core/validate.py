@@ -131,7 +131,27 @@ def check_metadata(metadata: object) -> dict[str, Any]:
         out: dict[str, Any] = json.loads(json.dumps(dict(metadata), allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise MetadataError(f"metadata must be JSON-serialisable: {exc}") from exc
+    _check_json_values(out, "metadata")
     return out
+
+
+def _check_json_values(value: object, where: str) -> None:
+    """Refuse values the stores cannot keep exactly (filters would disagree with them)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise MetadataError(f"{where} contains a NUL character, which cannot be stored")
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise MetadataError(f"{where} holds an integer outside the 64-bit range: {value}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_json_values(key, f"{where} key")
+            _check_json_values(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json_values(item, f"{where}[{i}]")
 
 
 def check_top_k(top_k: object, name: str = "top_k") -> int:
@@ -164,6 +184,8 @@ def parse_timestamp(value: object, name: str = "timestamp") -> str | None:
     try:
         if isinstance(value, bool):
             raise TypeError
+        if isinstance(value, str) and value.strip().lstrip("-").replace(".", "", 1).isdigit():
+            value = float(value)  # epoch seconds given as text (a CLI argument)
         if isinstance(value, int | float):
             dt = datetime.fromtimestamp(float(value), tz=UTC)
         elif isinstance(value, datetime):

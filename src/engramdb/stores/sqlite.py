@@ -122,7 +122,10 @@ class SQLiteStore:
     ) -> None:
         """Open (creating and migrating if needed) the database at ``path``."""
         self.path = Path(path).expanduser()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the folder for {self.path}: {exc}") from exc
         self._busy_ms = int(busy_timeout_s * 1000)
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
