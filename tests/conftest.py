@@ -20,11 +20,47 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "engram.db"
 
 
-@pytest.fixture
-def mem(db_path: Path, embedder: LocalEmbedder) -> Iterator[Memory]:
-    with Memory(db_path, embedder=embedder) as m:
+@pytest.fixture(params=["sqlite", "postgres"])
+def mem(request: pytest.FixtureRequest, db_path: Path, embedder: LocalEmbedder) -> Iterator[Memory]:
+    """A Memory on each backend: SQLite in a temporary file, PostgreSQL in a fresh schema."""
+    with _mem_on(request, db_path, embedder) as m:
         yield m
 
 
 # The local OpenAI-wire server (a real HTTP server on 127.0.0.1) as a fixture.
 from openai_wire import openai_server  # noqa: E402, F401
+
+# -- PostgreSQL (tests/pg.py): one server per test session, one schema per test -------------
+from pg import PgServer, start_server  # noqa: E402
+
+BACKENDS = ("sqlite", "postgres")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """A real PostgreSQL + pgvector server; if none can be had, the tests fail."""
+    server = start_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_config(pg_server: PgServer) -> Iterator[dict[str, object]]:
+    """The PostgreSQL store config of a fresh schema, dropped after the test."""
+    with pg_server.schema() as config:
+        yield config
+
+
+def _mem_on(request: pytest.FixtureRequest, db_path: Path, embedder: LocalEmbedder) -> Memory:
+    if request.param == "sqlite":
+        return Memory(db_path, embedder=embedder)
+    config = request.getfixturevalue("pg_config")
+    return Memory(
+        config={"vector_store": {"provider": "postgres", "config": config}}, embedder=embedder
+    )
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend a test runs on (tests using ``mem`` or ``store`` run on each)."""
+    return str(request.param)

@@ -28,6 +28,8 @@ from engramdb import (
     VersionNotFoundError,
 )
 from engramdb.embedders import LocalEmbedder
+from engramdb.stores import STORE_URL_ENV, SUPPORTED_STORES
+from storage import holds_text, raw_count
 
 
 def texts(result: dict[str, Any]) -> list[str]:
@@ -180,8 +182,7 @@ def test_add_rejects_bad_messages(mem: Memory, messages: Any) -> None:
         mem.add(messages, user_id="u")
     assert mem.store.count() == 0
     # nothing half-written either: no raw messages
-    con = sqlite3.connect(mem.store.path)
-    assert con.execute("SELECT count(*) FROM messages").fetchone()[0] == 0
+    assert raw_count(mem.store, "messages") == 0
 
 
 def test_messages_error_is_a_value_error(mem: Memory) -> None:
@@ -426,27 +427,19 @@ def test_on_event_subscribers_see_every_change(db_path: Path, embedder: LocalEmb
 # -- purge ---------------------------------------------------------------------------------
 
 
-def _file_bytes(path: Path) -> bytes:
-    data = path.read_bytes()
-    wal = path.with_name(path.name + "-wal")
-    if wal.exists():
-        data += wal.read_bytes()
-    return data
-
-
 def test_purge_one_memory_leaves_no_trace_on_disk(mem: Memory) -> None:
     secret = "my passport number is QX7781923"
     mid = mem.add(secret, user_id="u")["results"][0]["id"]
     mem.update(mid, secret + " (renewed)")
     mem.add("an unrelated fact", user_id="u")
-    assert b"QX7781923" in _file_bytes(mem.store.path)
+    assert holds_text(mem.store, "QX7781923")
     assert mem.purge(mid)["purged"] == 1
     assert mem.get(mid) is None
     with pytest.raises(MemoryNotFoundError):
         mem.history(mid)
     with pytest.raises(MemoryNotFoundError):
         mem.restore(mid)
-    assert b"QX7781923" not in _file_bytes(mem.store.path)
+    assert not holds_text(mem.store, "QX7781923")
     assert texts(mem.get_all(user_id="u")) == ["an unrelated fact"]
 
 
@@ -460,7 +453,7 @@ def test_purge_scope_removes_messages_and_history(mem: Memory) -> None:
     )
     mem.add("keep me", user_id="stay")
     assert mem.purge(user_id="gone")["purged"] == 1
-    assert b"ZEBRA-4" not in _file_bytes(mem.store.path)
+    assert not holds_text(mem.store, "ZEBRA-4")
     assert texts(mem.get_all(user_id="stay")) == ["keep me"]
     with pytest.raises(ScopeError):
         mem.purge()
@@ -496,7 +489,10 @@ def test_from_config_mem0_shape(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("cfg", "match"),
     [
-        ({"vector_store": {"provider": "qdrant"}}, "supported vector_store providers: sqlite"),
+        (
+            {"vector_store": {"provider": "qdrant"}},
+            "supported vector_store providers: pgvector, postgres, postgresql, sqlite",
+        ),
         ({"embedder": {"provider": "magic"}}, "supported embedder providers"),
         ({"bogus": 1}, "bogus"),
         ({"limits": {"max_text_chars": 0}}, "max_text_chars"),
@@ -511,13 +507,14 @@ def test_bad_config(tmp_path: Path, cfg: dict[str, Any], match: str) -> None:
 def test_unknown_provider_error_lists_supported() -> None:
     with pytest.raises(UnknownProviderError) as info:
         Memory.from_config({"vector_store": {"provider": "chroma"}})
-    assert info.value.supported == ["sqlite"]
+    assert info.value.supported == sorted(SUPPORTED_STORES)
 
 
 def test_engram_home_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: LocalEmbedder
 ) -> None:
     monkeypatch.setenv("ENGRAM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(STORE_URL_ENV, raising=False)
     with Memory(embedder=embedder) as m:
         assert m.store.path == tmp_path / "home" / "engram.db"
 

@@ -43,7 +43,7 @@ from engramdb.embedders import Embedder, make_embedder
 from engramdb.errors import ConfigError, ImportFormatError, ValidationError
 from engramdb.llms import LLM, llm_from_env, make_llm
 from engramdb.nlp import index_terms
-from engramdb.stores import Store, make_store
+from engramdb.stores import Store, make_store, store_from_env
 from engramdb.stores.base import HistoryEvent, MemoryRow
 
 __all__ = ["AsyncMemory", "EventCallback", "Memory"]
@@ -92,11 +92,11 @@ class _Base:
             self.llm = make_llm(self.config.llm.provider, dict(self.config.llm.config))
         else:
             self.llm = llm_from_env()
-        self.store: Store = make_store(
-            self.config.vector_store.provider,
-            self.config.vector_store.config,
-            default_home() / "engram.db",
-        )
+        provider, store_config = self.config.vector_store.provider, self.config.vector_store.config
+        if "vector_store" not in self.config.model_fields_set:
+            # Nothing configured: $ENGRAM_STORE_URL may point at PostgreSQL.
+            provider, store_config = store_from_env() or (provider, store_config)
+        self.store: Store = make_store(provider, store_config, default_home() / "engram.db")
         self._ops = Operations(
             self.config,
             embedder_model=self.embedder.model,
@@ -504,8 +504,18 @@ class AsyncMemory(_Base):
         """Build from a mem0-shaped config dict."""
         return cls(config=config)
 
+    def _native_store(self) -> Any:
+        # A store with native async (PostgreSQL) is awaited; others run in a thread.
+        if not hasattr(self, "_astore"):
+            make = getattr(self.store, "async_store", None)
+            self._astore = make() if make is not None else None
+        return self._astore
+
     async def _perform(self, effect: Effect) -> Any:
         if isinstance(effect, StoreCall):
+            native = self._native_store()
+            if native is not None:
+                return await getattr(native, effect.method)(*effect.args, **effect.kwargs)
             method = getattr(self.store, effect.method)
             return await asyncio.to_thread(method, *effect.args, **effect.kwargs)
         if isinstance(effect, EmbedDocuments):
@@ -693,11 +703,18 @@ class AsyncMemory(_Base):
 
     async def reset(self) -> None:
         """See :meth:`Memory.reset`."""
-        await asyncio.to_thread(self.store.reset)
+        native = self._native_store()
+        if native is not None:
+            await native.reset()
+        else:
+            await asyncio.to_thread(self.store.reset)
         self._ops.unbind()
 
     async def close(self) -> None:
         """Release the database connections and the LLM's HTTP connections."""
+        native = getattr(self, "_astore", None)
+        if native is not None:
+            await native.close()
         self.store.close()
         if self.llm is not None:
             await self.llm.aclose()

@@ -5,19 +5,63 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from engramdb.errors import ConfigError, UnknownProviderError
 from engramdb.stores.base import Store
 
-__all__ = ["SQLITE_OPTIONS", "SUPPORTED_STORES", "Store", "make_store"]
+__all__ = [
+    "POSTGRES_OPTIONS",
+    "POSTGRES_PROVIDERS",
+    "SQLITE_OPTIONS",
+    "STORE_URL_ENV",
+    "SUPPORTED_STORES",
+    "Store",
+    "check_store_config",
+    "make_store",
+    "store_from_env",
+]
 
-SUPPORTED_STORES: tuple[str, ...] = ("sqlite",)
+POSTGRES_PROVIDERS: tuple[str, ...] = ("pgvector", "postgres", "postgresql")
+"""Names of the PostgreSQL store: mem0's ``pgvector`` and the plain ones."""
+
+SUPPORTED_STORES: tuple[str, ...] = ("sqlite", *POSTGRES_PROVIDERS)
 """Provider names :func:`make_store` accepts."""
 
 SQLITE_OPTIONS = ("path", "db_path", "busy_timeout", "max_cached_vectors")
+
+POSTGRES_OPTIONS = (
+    # where: a URL / libpq string, or mem0's separate keys
+    "url",
+    "connection_string",
+    "dbname",
+    "user",
+    "password",
+    "host",
+    "port",
+    "sslmode",
+    # mem0's table name: here the PostgreSQL schema that holds the tables
+    "collection_name",
+    "schema",
+    # pool and search settings
+    "min_size",
+    "max_size",
+    "pool_timeout",
+    "max_cached_docs",
+    "ef_search",
+    # mem0 pgvector keys accepted and ignored (the dimension comes from the embedder;
+    # the HNSW index is always built)
+    "embedding_model_dims",
+    "diskann",
+    "hnsw",
+)
+
+STORE_URL_ENV = "ENGRAM_STORE_URL"
+"""A ``postgresql://`` URL here selects the PostgreSQL store when no vector_store is configured."""
 
 
 def _check_keys(provider: str, config: Mapping[str, Any], accepted: tuple[str, ...]) -> None:
@@ -32,12 +76,68 @@ def check_store_config(provider: str, config: Mapping[str, Any]) -> None:
     """Refuse unknown providers and unknown options before anything is opened."""
     if provider not in SUPPORTED_STORES:
         raise UnknownProviderError("vector_store", provider, list(SUPPORTED_STORES))
+    if provider in POSTGRES_PROVIDERS:
+        _check_keys(provider, config, POSTGRES_OPTIONS)
+        if "schema" in config and "collection_name" in config:
+            raise ConfigError("give the PostgreSQL schema as collection_name or schema, not both")
+        for key in ("min_size", "max_size", "max_cached_docs", "ef_search"):
+            if key in config and (not isinstance(config[key], int) or config[key] < 0):
+                raise ConfigError(f"{provider} option {key} must be a non-negative integer")
+        return
     _check_keys(provider, config, SQLITE_OPTIONS)
+
+
+def store_from_env() -> tuple[str, dict[str, Any]] | None:
+    """The ``vector_store`` section ``$ENGRAM_STORE_URL`` stands for, if it is set."""
+    url = os.environ.get(STORE_URL_ENV, "").strip()
+    if not url:
+        return None
+    scheme = urlsplit(url).scheme
+    if scheme in ("postgresql", "postgres"):
+        return "postgres", {"url": url}
+    raise ConfigError(
+        f"{STORE_URL_ENV} must be a postgresql:// URL (got scheme {scheme!r}); unset it to use "
+        "the SQLite file"
+    )
+
+
+def _postgres_conninfo(config: Mapping[str, Any]) -> str:
+    url = config.get("url") or config.get("connection_string")
+    if url:
+        return str(url)
+    from psycopg.conninfo import make_conninfo
+
+    parts = {
+        key: config[key]
+        for key in ("dbname", "user", "password", "host", "port", "sslmode")
+        if config.get(key) is not None
+    }
+    if not parts:
+        raise ConfigError(
+            "the PostgreSQL store needs a url (postgresql://user:pass@host:5432/db), a "
+            "connection_string, or dbname/user/password/host/port"
+        )
+    return make_conninfo(**{k: str(v) for k, v in parts.items()})
 
 
 def make_store(provider: str, config: Mapping[str, Any], default_path: Path) -> Store:
     """Open the store a ``vector_store`` section describes."""
     check_store_config(provider, config)
+    if provider in POSTGRES_PROVIDERS:
+        try:
+            from engramdb.stores.postgres import DEFAULT_SCHEMA, PostgresStore
+        except ImportError as exc:
+            raise ConfigError(str(exc)) from exc
+
+        return PostgresStore(
+            _postgres_conninfo(config),
+            schema=str(config.get("collection_name") or config.get("schema") or DEFAULT_SCHEMA),
+            min_size=int(config.get("min_size", 1)),
+            max_size=int(config.get("max_size", 10)),
+            timeout=float(config.get("pool_timeout", 30.0)),
+            max_cached_docs=int(config.get("max_cached_docs", 2_000_000)),
+            ef_search=int(config.get("ef_search", 100)),
+        )
     from engramdb.stores.sqlite import SQLiteStore
 
     path = config.get("path") or config.get("db_path") or default_path

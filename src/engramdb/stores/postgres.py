@@ -1,0 +1,2093 @@
+"""The PostgreSQL store: the same data model and semantics as SQLite, for many processes.
+
+Every store operation is written once, as a generator (a *transaction
+flow*) that yields SQL statements (:class:`_Q`) and receives their rows;
+:class:`PostgresStore` drives the flows on a psycopg connection pool with
+blocking calls, :class:`AsyncPostgresStore` on an async pool without
+blocking the event loop. One flow is one transaction: a write runs in READ
+COMMITTED and is retried whole when PostgreSQL breaks a deadlock or a
+serialisation conflict; a read runs in REPEATABLE READ READ ONLY, so its
+statements see one snapshot.
+
+Concurrency comes from the database, not from read-modify-write in Python:
+
+- exact repeats: a partial unique index on ``(owner, hash) WHERE deleted_at
+  IS NULL`` and ``INSERT … ON CONFLICT DO NOTHING``; a writer that loses the
+  race attaches its session to the winner's row;
+- entities: ``INSERT … ON CONFLICT DO NOTHING`` on ``(owner, normalized)``;
+- lock order: a write takes the owner's advisory lock (shared; purge takes it
+  exclusive, because it deletes the owner's orphaned entities), then inserts
+  entities in key order, then touches memories in ``(owner, hash)`` order,
+  so two writers cannot wait on each other in a cycle;
+- updates lock the memory row (``FOR UPDATE``) so versions never fork.
+
+Vectors are a ``vector(dim)`` column searched through an HNSW index
+(``vector_cosine_ops``) with pgvector's iterative scans, so scope and filter
+conditions cut the candidates without starving the result; an exact query
+takes over when the index returns fewer rows than asked.
+
+Keyword search keeps the SQLite backend's ranking exactly: the same
+in-memory :class:`~engramdb.core.bm25.BM25Index` per primary scope id, over
+the same stored terms. A cache catches up by reading rows whose ``txid``
+(the ``xid8`` of the transaction that last changed them) is at least the
+``xmin`` of the snapshot it last read at: every transaction below that
+horizon had finished, so nothing committed late can be missed (a plain
+sequence would be: numbers are taken in one order and committed in
+another). Purge and reset bump ``meta.epoch``, which drops every cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+
+from engramdb.core.bm25 import BM25Index
+from engramdb.core.filters import Node
+from engramdb.core.filters_pg import compile_postgres
+from engramdb.errors import (
+    ConflictError,
+    DuplicateMemoryError,
+    EmbedderMismatchError,
+    ImportFormatError,
+    MemoryNotFoundError,
+    SchemaVersionError,
+    StoreError,
+    ValidationError,
+    VersionNotFoundError,
+)
+from engramdb.stores.base import (
+    AddOutcome,
+    Candidate,
+    EntityRef,
+    HistoryEvent,
+    MemoryRow,
+    NewMemory,
+    NewMessage,
+    RestorePlan,
+    Scope,
+)
+from engramdb.stores.postgres_schema import BOOTSTRAP, LATEST, MIGRATION_LOCK, MIGRATIONS
+from engramdb.stores.sqlite import utc_now
+
+try:  # the optional dependency: pip install 'engramdb[postgres]'
+    import psycopg
+    import psycopg.errors as pg_errors
+    from psycopg.adapt import Dumper, Loader
+    from psycopg.types import TypeInfo
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the PostgreSQL store needs psycopg 3 and psycopg-pool: pip install 'engramdb[postgres]'"
+    ) from exc
+
+__all__ = ["DEFAULT_SCHEMA", "AsyncPostgresStore", "PostgresStore"]
+
+log = logging.getLogger("engramdb.store")
+
+DEFAULT_SCHEMA = "engramdb"
+"""The PostgreSQL schema holding the tables when no ``collection_name`` is given."""
+
+T = TypeVar("T")
+
+_COLS = (
+    "m.rowid, m.id, m.text, m.hash, m.user_id, m.agent_id, m.run_id, m.actor_id, m.role, "
+    "m.attributed_to, m.memory_type, m.metadata, m.created_at, m.updated_at, m.observed_at, "
+    "m.expires_at, m.deleted_at, m.version"
+)
+_WRITE_RETRIES = 8
+_EMBEDDER_KEYS = ("embedder_model", "embedder_dim")
+
+
+@dataclass(frozen=True)
+class _Q:
+    """One statement of a flow; the flow receives what ``fetch`` asks for."""
+
+    sql: str
+    params: Sequence[Any] | None = None
+    fetch: Literal["all", "one", "none", "rowcount"] = "all"
+
+
+Tx = Generator[_Q, Any, T]
+"""A transaction flow: yields statements, returns the operation's result."""
+
+
+# -- values -------------------------------------------------------------------------------
+
+
+def _dt(stamp: str | None) -> datetime | None:
+    return None if stamp is None else datetime.fromisoformat(stamp)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    # The same text every backend returns: UTC, microseconds, "+00:00".
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _json(value: dict[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+class _VectorDumper(Dumper):
+    """numpy arrays as pgvector's binary ``vector``: int16 dim, int16 0, big-endian floats."""
+
+    format = psycopg.pq.Format.BINARY
+
+    def dump(self, obj: Any) -> bytes:
+        arr = np.ascontiguousarray(obj, dtype=">f4").reshape(-1)
+        return struct.pack(">HH", arr.size, 0) + arr.tobytes()
+
+
+class _VectorLoader(Loader):
+    """pgvector's text form ``[1,2,3]`` as a float32 array."""
+
+    def load(self, data: Any) -> np.ndarray[Any, np.dtype[np.float32]]:
+        text = bytes(data).decode("ascii").strip("[]")
+        return np.array(text.split(","), dtype=np.float32) if text else np.empty(0, np.float32)
+
+
+def _register_vector(con: Any, info: TypeInfo) -> None:
+    dumper = type("VectorDumper", (_VectorDumper,), {"oid": info.oid})
+    con.adapters.register_dumper(np.ndarray, dumper)
+    con.adapters.register_loader(info.oid, _VectorLoader)
+
+
+# -- scope and liveness ---------------------------------------------------------------------
+
+
+class _Cache:
+    """The keyword index of one primary scope id, and the horizon it has read up to."""
+
+    __slots__ = ("bm25", "horizon")
+
+    def __init__(self) -> None:
+        self.bm25 = BM25Index()
+        self.horizon = 0
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class _Flows:
+    """Every store operation as a transaction flow, plus the state the flows share.
+
+    Holds no connection: :class:`PostgresStore` and :class:`AsyncPostgresStore`
+    drive these flows, and share one instance (and so one set of caches).
+    """
+
+    def __init__(self, schema: str, max_cached_docs: int, ef_search: int) -> None:
+        self.schema = schema
+        self.s = '"' + schema.replace('"', '""') + '"'
+        self.max_cached = max_cached_docs
+        self.ef_search = ef_search
+        self.iterative_scan = True
+        self.dim: int | None = None
+        self.caches: OrderedDict[tuple[str, str], _Cache] = OrderedDict()
+        self.lock = threading.RLock()
+        self.epoch = ""
+
+    def t(self, name: str) -> str:
+        """A table of this store, schema-qualified."""
+        return f"{self.s}.{name}"
+
+    def owner_lock(self, owner: str, *, exclusive: bool = False) -> _Q:
+        # Writers of an owner share the lock; purge takes it alone, because it
+        # deletes the owner's entities that no memory links any more.
+        fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        return _Q(
+            f"SELECT {fn}(hashtextextended(%s, 0))", (f"{self.schema}\x1f{owner}",), fetch="none"
+        )
+
+    def scope_clause(self, scope: Scope) -> tuple[str, list[Any]]:
+        """SQL over alias ``m`` matching every id of ``scope`` (attached sessions count)."""
+        parts: list[str] = []
+        params: list[Any] = []
+        for kind, value in scope.items():
+            if kind == "user_id":
+                parts.append("m.user_id = %s")
+                params.append(value)
+            else:
+                parts.append(
+                    f"(m.{kind} = %s OR EXISTS (SELECT 1 FROM {self.t('memory_scope')} s WHERE "
+                    "s.memory_rowid = m.rowid AND s.kind = %s AND s.value = %s))"
+                )
+                params.extend([value, kind, value])
+        return " AND ".join(parts) or "TRUE", params
+
+    def where(self, scope: Scope, where: Node | None) -> tuple[str, list[Any]]:
+        clause, params = self.scope_clause(scope)
+        sql = f"m.deleted_at IS NULL AND (m.expires_at IS NULL OR m.expires_at > %s) AND {clause}"
+        params = [datetime.now(UTC), *params]
+        if where is not None:
+            fsql, fparams = compile_postgres(where, scope_table=self.t("memory_scope"))
+            sql += f" AND ({fsql})"
+            params += fparams
+        return sql, params
+
+    # -- schema ----------------------------------------------------------------------------
+
+    def migrate(self) -> Tx[None]:
+        yield _Q("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,), fetch="none")
+        ext = yield _Q("SELECT extversion FROM pg_extension WHERE extname = 'vector'", fetch="one")
+        if ext is None:
+            try:
+                yield _Q("CREATE EXTENSION IF NOT EXISTS vector", fetch="none")
+            except psycopg.Error as exc:
+                raise StoreError(
+                    "the PostgreSQL database lacks the pgvector extension and this role may "
+                    "not create it; run CREATE EXTENSION vector; as a superuser (or the "
+                    f"database owner) once, then open the store again ({exc})"
+                ) from exc
+            ext = yield _Q(
+                "SELECT extversion FROM pg_extension WHERE extname = 'vector'", fetch="one"
+            )
+        self.iterative_scan = _version(ext[0]) >= (0, 8)
+        yield _Q(BOOTSTRAP.format(s=self.s), fetch="none")
+        row = yield _Q(
+            f"SELECT value FROM {self.t('meta')} WHERE key = 'schema_version'", fetch="one"
+        )
+        version = int(row[0]) if row else 0
+        if version > LATEST:
+            raise SchemaVersionError(
+                f"PostgreSQL schema {self.schema!r} has engramdb schema version {version}, "
+                f"newer than this engramdb understands ({LATEST}); upgrade engramdb to open it"
+            )
+        for step in range(version, LATEST):
+            log.info("migrating PostgreSQL schema %s to version %d", self.schema, step + 1)
+            yield _Q(MIGRATIONS[step].format(s=self.s), fetch="none")
+            yield _Q(
+                f"INSERT INTO {self.t('meta')} (key, value) VALUES ('schema_version', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                (str(step + 1),),
+                fetch="none",
+            )
+
+    def read_binding(self) -> Tx[tuple[str, int] | None]:
+        rows = yield _Q(
+            f"SELECT key, value FROM {self.t('meta')} WHERE key = ANY(%s)", (list(_EMBEDDER_KEYS),)
+        )
+        found = dict(rows)
+        if "embedder_model" not in found:
+            return None
+        return found["embedder_model"], int(found["embedder_dim"])
+
+    def bind_embedder(self, model: str, dim: int) -> Tx[None]:
+        bound = yield from self.read_binding()
+        if bound is None:
+            # First binding: serialise with other binders and type the column.
+            yield _Q("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,), fetch="none")
+            bound = yield from self.read_binding()
+        if bound is None:
+            yield _Q(
+                f"INSERT INTO {self.t('meta')} (key, value) VALUES ('embedder_model', %s), "
+                "('embedder_dim', %s)",
+                (model, str(dim)),
+                fetch="none",
+            )
+            typed = yield _Q(
+                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                "WHERE attrelid = %s::regclass AND attname = 'embedding'",
+                (self.t("memories"),),
+                fetch="one",
+            )
+            if typed[0] != f"vector({dim})":
+                yield _Q(
+                    f"ALTER TABLE {self.t('memories')} ALTER COLUMN embedding "
+                    f"TYPE vector({int(dim)})",
+                    fetch="none",
+                )
+            yield _Q(
+                "CREATE INDEX IF NOT EXISTS memories_embedding_hnsw ON "
+                f"{self.t('memories')} USING hnsw (embedding vector_cosine_ops)",
+                fetch="none",
+            )
+        elif bound != (model, dim):
+            raise EmbedderMismatchError(
+                f"PostgreSQL schema {self.schema!r} holds vectors from {bound[0]!r} "
+                f"(dim {bound[1]}), but the configured embedder is {model!r} (dim {dim}); "
+                "configure the same embedder, or export and re-import into a new store to "
+                "re-embed"
+            )
+        self.dim = dim
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def insert_messages(
+        self, messages: Sequence[NewMessage], scope: Scope, now: datetime
+    ) -> Tx[list[int]]:
+        if not messages:
+            return []
+        rows = yield _Q(
+            f"INSERT INTO {self.t('messages')} (user_id, agent_id, run_id, role, name, content, "
+            "observed_at, created_at) SELECT %s, %s, %s, u.role, u.name, u.content, u.observed, %s "
+            "FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[]) "
+            "WITH ORDINALITY AS u(role, name, content, observed, n) ORDER BY u.n RETURNING rowid",
+            (
+                scope.user_id,
+                scope.agent_id,
+                scope.run_id,
+                now,
+                [m.role for m in messages],
+                [m.name for m in messages],
+                [m.content for m in messages],
+                [_dt(m.observed_at) for m in messages],
+            ),
+        )
+        # Identity values are drawn in insertion order within one statement.
+        return sorted(int(r[0]) for r in rows)
+
+    def upsert_entities(self, owner: str, entities: Sequence[EntityRef], now: datetime) -> Tx[None]:
+        first: dict[str, tuple[str, str]] = {}
+        for name, normalized, kind in entities:
+            first.setdefault(normalized, (name, kind))
+        if not first:
+            return
+        keys = sorted(first)
+        # Inserted in key order: two writers never wait on each other's entities in a cycle.
+        yield _Q(
+            f"INSERT INTO {self.t('entities')} (owner, name, normalized, type, created_at) "
+            "SELECT %s, u.name, u.normalized, u.type, %s FROM unnest(%s::text[], %s::text[], "
+            "%s::text[]) WITH ORDINALITY AS u(normalized, name, type, n) ORDER BY u.n "
+            "ON CONFLICT (owner, normalized) DO NOTHING",
+            (
+                owner,
+                now,
+                keys,
+                [first[k][0] for k in keys],
+                [first[k][1] for k in keys],
+            ),
+            fetch="none",
+        )
+
+    def link_entities(
+        self, rowid: int, owner: str, entities: Sequence[EntityRef], *, replace: bool
+    ) -> Tx[None]:
+        if replace:
+            yield _Q(
+                f"DELETE FROM {self.t('memory_entities')} WHERE memory_rowid = %s",
+                (rowid,),
+                fetch="none",
+            )
+        names = sorted({e[1] for e in entities})
+        if names:
+            yield _Q(
+                f"INSERT INTO {self.t('memory_entities')} (memory_rowid, entity_rowid) "
+                f"SELECT %s, rowid FROM {self.t('entities')} WHERE owner = %s AND "
+                "normalized = ANY(%s) ORDER BY rowid ON CONFLICT DO NOTHING",
+                (rowid, owner, names),
+                fetch="none",
+            )
+
+    def insert_history(self, event: HistoryEvent) -> Tx[None]:
+        row = yield _Q(
+            f"INSERT INTO {self.t('history')} (memory_id, event, version, old_memory, "
+            "new_memory, old_metadata, new_metadata, actor, reason, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, %s) RETURNING rowid",
+            (
+                event.memory_id,
+                event.event,
+                event.version,
+                event.old_memory,
+                event.new_memory,
+                _json(event.old_metadata),
+                _json(event.new_metadata),
+                event.actor,
+                event.reason,
+                _dt(event.created_at),
+            ),
+            fetch="one",
+        )
+        event.id = int(row[0])
+
+    def add(
+        self,
+        memories: Sequence[NewMemory],
+        messages: Sequence[NewMessage],
+        scope: Scope,
+        actor: str,
+        source_rowids: Sequence[int],
+        resolve_failure: int | None,
+    ) -> Tx[list[AddOutcome]]:
+        now = utc_now()
+        ts = datetime.fromisoformat(now)
+        owner = scope.owner
+        yield self.owner_lock(owner)
+        msg_rowids = (yield from self.insert_messages(messages, scope, ts)) + list(source_rowids)
+        if resolve_failure is not None:
+            yield _Q(
+                f"UPDATE {self.t('extraction_failures')} SET resolved_at = %s WHERE rowid = %s",
+                (ts, resolve_failure),
+                fetch="none",
+            )
+        known: set[str] = set()
+        if memories:
+            rows = yield _Q(
+                f"SELECT hash FROM {self.t('memories')} WHERE owner = %s AND hash = ANY(%s) "
+                "AND deleted_at IS NULL",
+                (owner, sorted({m.hash for m in memories})),
+            )
+            known = {r[0] for r in rows}
+        yield from self.upsert_entities(
+            owner, [e for m in memories if m.hash not in known for e in m.entities], ts
+        )
+        outcomes: dict[int, AddOutcome] = {}
+        # Memories in hash order, for the same reason as entities in key order.
+        for i in sorted(range(len(memories)), key=lambda i: (memories[i].hash, i)):
+            outcomes[i] = yield from self.add_one(memories[i], scope, actor, ts, msg_rowids)
+        return [outcomes[i] for i in range(len(memories))]
+
+    def add_one(
+        self, mem: NewMemory, scope: Scope, actor: str, ts: datetime, msg_rowids: list[int]
+    ) -> Tx[AddOutcome]:
+        owner = scope.owner
+        for _ in range(_WRITE_RETRIES):
+            existing = yield _Q(
+                f"SELECT rowid, id, text, agent_id, run_id, version FROM {self.t('memories')} "
+                "WHERE owner = %s AND hash = %s AND deleted_at IS NULL FOR NO KEY UPDATE",
+                (owner, mem.hash),
+                fetch="one",
+            )
+            if existing is not None:
+                return (yield from self.attach(existing, scope, actor, ts))
+            if mem.embedding.size == 0:
+                # The caller skipped embedding a text it saw stored a moment ago; it
+                # was deleted since. Roll back; the caller retries with vectors.
+                raise ConflictError(f"memory text {mem.text[:40]!r} changed concurrently")
+            inserted = yield _Q(
+                f"INSERT INTO {self.t('memories')} (id, text, hash, owner, user_id, agent_id, "
+                "run_id, actor_id, role, attributed_to, memory_type, metadata, created_at, "
+                "updated_at, observed_at, expires_at, version, terms, embedding) VALUES (%s, %s, "
+                "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, 1, %s, %s) "
+                "ON CONFLICT (owner, hash) WHERE deleted_at IS NULL DO NOTHING RETURNING rowid",
+                (
+                    mem.id,
+                    mem.text,
+                    mem.hash,
+                    owner,
+                    scope.user_id,
+                    scope.agent_id,
+                    scope.run_id,
+                    mem.actor_id,
+                    mem.role,
+                    mem.attributed_to,
+                    mem.memory_type,
+                    _json(mem.metadata),
+                    ts,
+                    ts,
+                    _dt(mem.observed_at),
+                    _dt(mem.expires_at),
+                    mem.terms,
+                    np.asarray(mem.embedding, dtype=np.float32),
+                ),
+                fetch="one",
+            )
+            if inserted is None:
+                continue  # another writer stored the same text first: attach to it
+            rowid = int(inserted[0])
+            yield from self.link_entities(rowid, owner, mem.entities, replace=False)
+            sources = sorted({msg_rowids[i] for i in mem.source_messages if i < len(msg_rowids)})
+            if sources:
+                yield _Q(
+                    f"INSERT INTO {self.t('memory_sources')} (memory_rowid, message_rowid) "
+                    "SELECT %s, unnest(%s::bigint[]) ON CONFLICT DO NOTHING",
+                    (rowid, sources),
+                    fetch="none",
+                )
+            if mem.links:
+                yield _Q(
+                    f"INSERT INTO {self.t('memory_links')} (from_rowid, to_rowid, kind, "
+                    f"created_at) SELECT %s, rowid, 'related', %s FROM {self.t('memories')} "
+                    "WHERE id = ANY(%s) AND owner = %s ORDER BY rowid ON CONFLICT DO NOTHING",
+                    (rowid, ts, list(mem.links), owner),
+                    fetch="none",
+                )
+            event = HistoryEvent(
+                memory_id=mem.id,
+                event="ADD",
+                version=1,
+                old_memory=None,
+                new_memory=mem.text,
+                old_metadata=None,
+                new_metadata=mem.metadata,
+                actor=actor,
+                reason=None,
+                created_at=_iso(ts) or "",
+            )
+            yield from self.insert_history(event)
+            return AddOutcome(mem.id, mem.text, "ADD", event)
+        raise ConflictError(
+            f"memory text {mem.text[:40]!r} kept changing concurrently; nothing was written"
+        )
+
+    def attach(
+        self, existing: tuple[Any, ...], scope: Scope, actor: str, ts: datetime
+    ) -> Tx[AddOutcome]:
+        """A repeat of a live memory (locked by the caller): attach the new session ids."""
+        rowid, memory_id, text, agent_id, run_id, version = existing
+        attached: list[str] = []
+        for kind, value, primary in (
+            ("agent_id", scope.agent_id, agent_id),
+            ("run_id", scope.run_id, run_id),
+        ):
+            if value is None or value == primary:
+                continue
+            new = yield _Q(
+                f"INSERT INTO {self.t('memory_scope')} (memory_rowid, kind, value, created_at) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+                (rowid, kind, value, ts),
+                fetch="one",
+            )
+            if new is not None:
+                attached.append(f"{kind}={value}")
+        if not attached:
+            return AddOutcome(memory_id, text, "NONE", None)
+        yield _Q(
+            f"UPDATE {self.t('memories')} SET txid = pg_current_xact_id() WHERE rowid = %s",
+            (rowid,),
+            fetch="none",
+        )
+        event = HistoryEvent(
+            memory_id=memory_id,
+            event="ATTACH",
+            version=int(version),
+            old_memory=text,
+            new_memory=text,
+            old_metadata=None,
+            new_metadata=None,
+            actor=actor,
+            reason="seen again in " + ", ".join(attached),
+            created_at=_iso(ts) or "",
+        )
+        yield from self.insert_history(event)
+        return AddOutcome(memory_id, text, "NONE", event)
+
+    def attach_session(self, memory_id: str, scope: Scope, actor: str) -> Tx[HistoryEvent | None]:
+        ts = datetime.fromisoformat(utc_now())
+        row = yield _Q(
+            f"SELECT rowid, id, text, agent_id, run_id, version FROM {self.t('memories')} "
+            "WHERE id = %s AND deleted_at IS NULL FOR NO KEY UPDATE",
+            (memory_id,),
+            fetch="one",
+        )
+        if row is None:
+            raise MemoryNotFoundError(memory_id)
+        outcome = yield from self.attach(row, scope, actor, ts)
+        return outcome.history
+
+    def keep_failed(
+        self, scope: Scope, messages: Sequence[NewMessage], error: str, reply: str | None
+    ) -> Tx[int]:
+        ts = datetime.fromisoformat(utc_now())
+        rowids = yield from self.insert_messages(messages, scope, ts)
+        row = yield _Q(
+            f"INSERT INTO {self.t('extraction_failures')} (user_id, agent_id, run_id, error, "
+            "reply, created_at) VALUES (%s, %s, %s, %s, %s, %s) RETURNING rowid",
+            (scope.user_id, scope.agent_id, scope.run_id, error, reply, ts),
+            fetch="one",
+        )
+        failure = int(row[0])
+        if rowids:
+            yield _Q(
+                f"INSERT INTO {self.t('failure_messages')} (failure_rowid, message_rowid) "
+                "SELECT %s, unnest(%s::bigint[])",
+                (failure, rowids),
+                fetch="none",
+            )
+        return failure
+
+    def owner_of(self, memory_id: str) -> Tx[str]:
+        # A memory's owner never changes, so reading it before any lock is safe.
+        row = yield _Q(
+            f"SELECT owner FROM {self.t('memories')} WHERE id = %s", (memory_id,), fetch="one"
+        )
+        if row is None:
+            raise MemoryNotFoundError(memory_id)
+        return str(row[0])
+
+    def locked_row(self, memory_id: str, *, live: bool) -> Tx[MemoryRow]:
+        extra = " AND m.deleted_at IS NULL" if live else ""
+        row = yield _Q(
+            f"SELECT {_COLS} FROM {self.t('memories')} m WHERE m.id = %s{extra} FOR UPDATE",
+            (memory_id,),
+            fetch="one",
+        )
+        if row is None:
+            raise MemoryNotFoundError(memory_id)
+        return (yield from self.hydrate([row]))[0]
+
+    def set_content(
+        self,
+        row: MemoryRow,
+        owner: str,
+        *,
+        text: str,
+        hash: str,
+        embedding: np.ndarray[Any, Any] | None,
+        terms: str,
+        entities: Sequence[EntityRef],
+        metadata: dict[str, Any],
+        version: int,
+        ts: datetime,
+    ) -> Tx[None]:
+        other = yield _Q(
+            f"SELECT id FROM {self.t('memories')} WHERE owner = %s AND hash = %s "
+            "AND deleted_at IS NULL AND id <> %s",
+            (owner, hash, row.id),
+            fetch="one",
+        )
+        if other is not None:
+            raise DuplicateMemoryError(row.id, other[0])
+        content = ", terms = %s, embedding = %s" if embedding is not None else ""
+        params: list[Any] = [text, hash, _json(metadata), ts, version]
+        if embedding is not None:
+            params += [terms, np.asarray(embedding, dtype=np.float32)]
+        try:
+            done = yield _Q(
+                f"UPDATE {self.t('memories')} SET text = %s, hash = %s, metadata = %s::jsonb, "
+                f"updated_at = %s, version = %s, deleted_at = NULL, txid = pg_current_xact_id()"
+                f"{content} WHERE id = %s RETURNING rowid",
+                [*params, row.id],
+                fetch="one",
+            )
+        except pg_errors.UniqueViolation as exc:
+            # A concurrent writer stored the same text between the check and here.
+            raise DuplicateMemoryError(row.id, None) from exc
+        if embedding is not None:
+            yield from self.link_entities(int(done[0]), owner, entities, replace=True)
+
+    def update(
+        self,
+        memory_id: str,
+        text: str,
+        hash: str,
+        embedding: np.ndarray[Any, Any] | None,
+        terms: str,
+        entities: Sequence[EntityRef],
+        metadata: dict[str, Any],
+        actor: str,
+        reason: str | None,
+    ) -> Tx[tuple[MemoryRow, HistoryEvent]]:
+        ts = datetime.fromisoformat(utc_now())
+        owner = yield from self.owner_of(memory_id)
+        yield self.owner_lock(owner)
+        if embedding is not None:
+            yield from self.upsert_entities(owner, entities, ts)
+        old = yield from self.locked_row(memory_id, live=True)
+        yield from self.set_content(
+            old,
+            owner,
+            text=text,
+            hash=hash,
+            embedding=embedding,
+            terms=terms,
+            entities=entities,
+            metadata=metadata,
+            version=old.version + 1,
+            ts=ts,
+        )
+        event = HistoryEvent(
+            memory_id=memory_id,
+            event="UPDATE",
+            version=old.version + 1,
+            old_memory=old.text,
+            new_memory=text,
+            old_metadata=old.metadata,
+            new_metadata=metadata,
+            actor=actor,
+            reason=reason,
+            created_at=_iso(ts) or "",
+        )
+        yield from self.insert_history(event)
+        new = yield from self.get(memory_id, include_deleted=False)
+        assert new is not None
+        return new, event
+
+    @staticmethod
+    def deleted_event(row: MemoryRow, actor: str, reason: str | None, now: str) -> HistoryEvent:
+        return HistoryEvent(
+            memory_id=row.id,
+            event="DELETE",
+            version=row.version,
+            old_memory=row.text,
+            new_memory=None,
+            old_metadata=row.metadata,
+            new_metadata=None,
+            actor=actor,
+            reason=reason,
+            created_at=now,
+        )
+
+    def delete(
+        self, memory_id: str, actor: str, reason: str | None
+    ) -> Tx[tuple[MemoryRow, HistoryEvent]]:
+        ts = datetime.fromisoformat(utc_now())
+        now = _iso(ts) or ""
+        row = yield from self.locked_row(memory_id, live=True)
+        yield _Q(
+            f"UPDATE {self.t('memories')} SET deleted_at = %s, txid = pg_current_xact_id() "
+            "WHERE id = %s",
+            (ts, memory_id),
+            fetch="none",
+        )
+        event = self.deleted_event(row, actor, reason, now)
+        yield from self.insert_history(event)
+        row.deleted_at = now
+        return row, event
+
+    def delete_scope(self, scope: Scope, actor: str) -> Tx[list[HistoryEvent]]:
+        ts = datetime.fromisoformat(utc_now())
+        now = _iso(ts) or ""
+        clause, params = self.scope_clause(scope)
+        # Rows locked in (owner, hash) order, the order add() touches them in.
+        rows = yield _Q(
+            f"SELECT {_COLS} FROM {self.t('memories')} m WHERE m.deleted_at IS NULL AND "
+            f"{clause} ORDER BY m.owner, m.hash FOR UPDATE",
+            params,
+        )
+        if not rows:
+            return []
+        hydrated = yield from self.hydrate(rows)
+        yield _Q(
+            f"UPDATE {self.t('memories')} SET deleted_at = %s, txid = pg_current_xact_id() "
+            "WHERE rowid = ANY(%s)",
+            (ts, [int(r[0]) for r in rows]),
+            fetch="none",
+        )
+        events: list[HistoryEvent] = []
+        for row in hydrated:
+            event = self.deleted_event(row, actor, "delete_all", now)
+            yield from self.insert_history(event)
+            events.append(event)
+        return events
+
+    def plan_restore(self, memory_id: str, version: int | None) -> Tx[RestorePlan]:
+        row = yield from self.get(memory_id, include_deleted=True)
+        if row is None:
+            raise MemoryNotFoundError(memory_id)
+        deleted = row.deleted_at is not None
+        if version is None:
+            if deleted:
+                return RestorePlan(memory_id, row.version, True, row.text, row.metadata, None)
+            version = row.version - 1
+            if version < 1:
+                raise VersionNotFoundError(
+                    f"memory {memory_id!r} is at its first version and not deleted; "
+                    "there is nothing to restore"
+                )
+        if not 1 <= version <= row.version:
+            raise VersionNotFoundError(
+                f"memory {memory_id!r} has versions 1 to {row.version}; "
+                f"version {version} does not exist"
+            )
+        if version == row.version:
+            if not deleted:
+                raise VersionNotFoundError(f"memory {memory_id!r} is already at version {version}")
+            return RestorePlan(memory_id, row.version, True, row.text, row.metadata, None)
+        for event in (yield from self.history(memory_id)):
+            if event.version == version and event.new_memory is not None:
+                return RestorePlan(
+                    memory_id,
+                    row.version,
+                    deleted,
+                    event.new_memory,
+                    event.new_metadata or {},
+                    version,
+                )
+        raise VersionNotFoundError(
+            f"the history of memory {memory_id!r} holds no content for version {version}"
+        )
+
+    def apply_restore(
+        self,
+        plan: RestorePlan,
+        hash: str,
+        embedding: np.ndarray[Any, Any] | None,
+        terms: str,
+        entities: Sequence[EntityRef],
+        actor: str,
+    ) -> Tx[tuple[MemoryRow, HistoryEvent]]:
+        ts = datetime.fromisoformat(utc_now())
+        owner = yield from self.owner_of(plan.memory_id)
+        yield self.owner_lock(owner)
+        if embedding is not None:
+            yield from self.upsert_entities(owner, entities, ts)
+        old = yield from self.locked_row(plan.memory_id, live=False)
+        if old.version != plan.expected_version or (old.deleted_at is not None) != plan.undelete:
+            raise ConflictError(
+                f"memory {plan.memory_id!r} changed while the restore was prepared; "
+                "nothing was written, call restore() again"
+            )
+        new_version = old.version if plan.to_version is None else old.version + 1
+        yield from self.set_content(
+            old,
+            owner,
+            text=plan.text,
+            hash=hash,
+            embedding=embedding,
+            terms=terms,
+            entities=entities,
+            metadata=plan.metadata,
+            version=new_version,
+            ts=ts,
+        )
+        reason = f"restored version {plan.to_version}" if plan.to_version is not None else None
+        if plan.undelete:
+            reason = "undeleted" + (f", {reason}" if reason else "")
+        event = HistoryEvent(
+            memory_id=plan.memory_id,
+            event="RESTORE",
+            version=new_version,
+            old_memory=None if plan.undelete else old.text,
+            new_memory=plan.text,
+            old_metadata=None if plan.undelete else old.metadata,
+            new_metadata=plan.metadata,
+            actor=actor,
+            reason=reason,
+            created_at=_iso(ts) or "",
+        )
+        yield from self.insert_history(event)
+        new = yield from self.get(plan.memory_id, include_deleted=False)
+        assert new is not None
+        return new, event
+
+    def purge(self, memory_id: str | None, scope: Scope | None) -> Tx[int]:
+        msg_clause = ""
+        msg_params: list[Any] = []
+        if memory_id is not None:
+            owners = [(yield from self.owner_of(memory_id))]
+        else:
+            assert scope is not None
+            clause, params = self.scope_clause(scope)
+            found = yield _Q(
+                f"SELECT DISTINCT owner FROM {self.t('memories')} m WHERE {clause}", params
+            )
+            owners = sorted(r[0] for r in found)
+            msg_clause = " AND ".join(f"{k} = %s" for k, _ in scope.items())
+            msg_params = [v for _, v in scope.items()]
+        for owner in owners:
+            yield self.owner_lock(owner, exclusive=True)
+        if memory_id is not None:
+            rows = yield _Q(
+                f"SELECT rowid, id FROM {self.t('memories')} WHERE id = %s", (memory_id,)
+            )
+            if not rows:
+                raise MemoryNotFoundError(memory_id)
+        else:
+            rows = yield _Q(
+                f"SELECT m.rowid, m.id FROM {self.t('memories')} m WHERE {clause}", params
+            )
+        rowids = [int(r[0]) for r in rows]
+        messages = yield _Q(
+            f"SELECT message_rowid FROM {self.t('memory_sources')} WHERE memory_rowid = ANY(%s)",
+            (rowids,),
+        )
+        message_ids = {int(m[0]) for m in messages}
+        if scope is not None:
+            scoped = yield _Q(
+                f"SELECT rowid FROM {self.t('messages')} WHERE {msg_clause}", msg_params
+            )
+            message_ids |= {int(m[0]) for m in scoped}
+            yield _Q(
+                f"DELETE FROM {self.t('extraction_failures')} WHERE {msg_clause}",
+                msg_params,
+                fetch="none",
+            )
+        yield _Q(
+            f"DELETE FROM {self.t('history')} WHERE memory_id = ANY(%s)",
+            ([r[1] for r in rows],),
+            fetch="none",
+        )
+        yield _Q(f"DELETE FROM {self.t('memories')} WHERE rowid = ANY(%s)", (rowids,), fetch="none")
+        yield _Q(
+            f"DELETE FROM {self.t('messages')} WHERE rowid = ANY(%s)",
+            (sorted(message_ids),),
+            fetch="none",
+        )
+        if owners:
+            yield _Q(
+                f"DELETE FROM {self.t('entities')} e WHERE e.owner = ANY(%s) AND NOT EXISTS "
+                f"(SELECT 1 FROM {self.t('memory_entities')} x WHERE x.entity_rowid = e.rowid)",
+                (owners,),
+                fetch="none",
+            )
+        yield self.bump_epoch()
+        return len(rows)
+
+    def bump_epoch(self) -> _Q:
+        return _Q(
+            f"UPDATE {self.t('meta')} SET value = (value::bigint + 1)::text WHERE key = 'epoch'",
+            fetch="none",
+        )
+
+    def import_rows(self, rows: Sequence[dict[str, Any]]) -> Tx[int]:
+        ids = [r["id"] for r in rows]
+        clash = yield _Q(f"SELECT id FROM {self.t('memories')} WHERE id = ANY(%s)", (ids,))
+        if clash:
+            raise ImportFormatError(
+                f"{len(clash)} memories of the import already exist (first: {clash[0][0]!r}); "
+                "import into an empty store, or purge them first; nothing was imported"
+            )
+        rowids: dict[str, int] = {}
+        for r in rows:
+            scope = Scope(r.get("user_id"), r.get("agent_id"), r.get("run_id"))
+            stamp = _dt(r["updated_at"])
+            yield from self.upsert_entities(scope.owner, r.get("entities", []), stamp or _now())
+            try:
+                row = yield _Q(
+                    f"INSERT INTO {self.t('memories')} (id, text, hash, owner, user_id, "
+                    "agent_id, run_id, actor_id, role, attributed_to, memory_type, metadata, "
+                    "created_at, updated_at, observed_at, expires_at, deleted_at, version, "
+                    "terms, embedding) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                    "%s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING rowid",
+                    (
+                        r["id"],
+                        r["memory"],
+                        r["hash"],
+                        scope.owner,
+                        scope.user_id,
+                        scope.agent_id,
+                        scope.run_id,
+                        r.get("actor_id"),
+                        r.get("role"),
+                        r.get("attributed_to"),
+                        r.get("memory_type"),
+                        _json(r.get("metadata") or {}),
+                        _dt(r["created_at"]),
+                        stamp,
+                        _dt(r.get("observed_at")),
+                        _dt(r.get("expires_at")),
+                        _dt(r.get("deleted_at")),
+                        int(r.get("version", 1)),
+                        r["terms"],
+                        np.asarray(r["embedding"], dtype=np.float32),
+                    ),
+                    fetch="one",
+                )
+            except pg_errors.UniqueViolation as exc:
+                raise ImportFormatError(
+                    f"memory {r['id']!r} repeats the text of another live memory of "
+                    f"{scope.owner}; nothing was imported"
+                ) from exc
+            rowid = int(row[0])
+            rowids[r["id"]] = rowid
+            yield from self.link_entities(rowid, scope.owner, r.get("entities", []), replace=False)
+            for kind in ("run_id", "agent_id"):
+                values = list(r.get(f"{kind}s", []))
+                if values:
+                    yield _Q(
+                        f"INSERT INTO {self.t('memory_scope')} (memory_rowid, kind, value, "
+                        "created_at) SELECT %s, %s, unnest(%s::text[]), %s ON CONFLICT DO NOTHING",
+                        (rowid, kind, values, stamp),
+                        fetch="none",
+                    )
+            for h in r.get("history", []):
+                yield from self.insert_history(
+                    HistoryEvent(
+                        memory_id=r["id"],
+                        event=h["event"],
+                        version=int(h.get("version", 1)),
+                        old_memory=h.get("old_memory"),
+                        new_memory=h.get("new_memory"),
+                        old_metadata=h.get("old_metadata"),
+                        new_metadata=h.get("new_metadata"),
+                        actor=h.get("actor", "import"),
+                        reason=h.get("reason"),
+                        created_at=h["created_at"],
+                    )
+                )
+        for r in rows:
+            links = list(r.get("linked_memory_ids", []))
+            if links:
+                yield _Q(
+                    f"INSERT INTO {self.t('memory_links')} (from_rowid, to_rowid, kind, "
+                    f"created_at) SELECT %s, rowid, 'related', %s FROM {self.t('memories')} "
+                    "WHERE id = ANY(%s) ON CONFLICT DO NOTHING",
+                    (rowids[r["id"]], _dt(r["updated_at"]), links),
+                    fetch="none",
+                )
+        return len(rows)
+
+    def reset(self) -> Tx[None]:
+        tables = ", ".join(
+            self.t(name)
+            for name in (
+                "memory_links",
+                "memory_entities",
+                "memory_sources",
+                "memory_scope",
+                "failure_messages",
+                "extraction_failures",
+                "entities",
+                "history",
+                "messages",
+                "memories",
+            )
+        )
+        yield _Q(f"TRUNCATE {tables}", fetch="none")
+        yield _Q(
+            f"DELETE FROM {self.t('meta')} WHERE key = ANY(%s)",
+            (list(_EMBEDDER_KEYS),),
+            fetch="none",
+        )
+        yield self.bump_epoch()
+        self.dim = None
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def hydrate(self, rows: Sequence[Sequence[Any]]) -> Tx[list[MemoryRow]]:
+        """Turn raw ``_COLS`` rows into MemoryRows with sessions and links filled in."""
+        out: list[MemoryRow] = []
+        by_rowid: dict[int, MemoryRow] = {}
+        for r in rows:
+            row = MemoryRow(
+                id=r[1],
+                text=r[2],
+                hash=r[3],
+                user_id=r[4],
+                agent_id=r[5],
+                run_id=r[6],
+                actor_id=r[7],
+                role=r[8],
+                attributed_to=r[9],
+                memory_type=r[10],
+                metadata=r[11],
+                created_at=_iso(r[12]) or "",
+                updated_at=_iso(r[13]) or "",
+                observed_at=_iso(r[14]),
+                expires_at=_iso(r[15]),
+                deleted_at=_iso(r[16]),
+                version=r[17],
+            )
+            out.append(row)
+            by_rowid[int(r[0])] = row
+        if not by_rowid:
+            return out
+        keys = list(by_rowid)
+        sessions = yield _Q(
+            f"SELECT memory_rowid, kind, value FROM {self.t('memory_scope')} "
+            'WHERE memory_rowid = ANY(%s) ORDER BY created_at, value COLLATE "C"',
+            (keys,),
+        )
+        for rowid, kind, value in sessions:
+            target = by_rowid[rowid]
+            (target.run_ids if kind == "run_id" else target.agent_ids).append(value)
+        links = yield _Q(
+            f"SELECT r, i FROM (SELECT l.from_rowid, m.id FROM {self.t('memory_links')} l "
+            f"JOIN {self.t('memories')} m ON m.rowid = l.to_rowid WHERE l.from_rowid = ANY(%s) "
+            f"UNION SELECT l.to_rowid, m.id FROM {self.t('memory_links')} l "
+            f"JOIN {self.t('memories')} m ON m.rowid = l.from_rowid WHERE l.to_rowid = ANY(%s)) "
+            'AS u(r, i) ORDER BY i COLLATE "C"',
+            (keys, keys),
+        )
+        for rowid, linked in links:
+            by_rowid[rowid].linked_ids.append(linked)
+        return out
+
+    def get(self, memory_id: str, *, include_deleted: bool) -> Tx[MemoryRow | None]:
+        extra = "" if include_deleted else " AND m.deleted_at IS NULL"
+        row = yield _Q(
+            f"SELECT {_COLS} FROM {self.t('memories')} m WHERE m.id = %s{extra}",
+            (memory_id,),
+            fetch="one",
+        )
+        if row is None:
+            return None
+        return (yield from self.hydrate([row]))[0]
+
+    def failure(
+        self, failure_id: int
+    ) -> Tx[tuple[Scope, list[tuple[int, NewMessage]], bool] | None]:
+        row = yield _Q(
+            f"SELECT user_id, agent_id, run_id, resolved_at FROM {self.t('extraction_failures')} "
+            "WHERE rowid = %s",
+            (failure_id,),
+            fetch="one",
+        )
+        if row is None:
+            return None
+        msgs = yield _Q(
+            f"SELECT m.rowid, m.role, m.content, m.name, m.observed_at FROM {self.t('messages')} m "
+            f"JOIN {self.t('failure_messages')} f ON f.message_rowid = m.rowid "
+            "WHERE f.failure_rowid = %s ORDER BY m.rowid",
+            (failure_id,),
+        )
+        return (
+            Scope(row[0], row[1], row[2]),
+            [(int(r[0]), NewMessage(r[1], r[2], r[3], _iso(r[4]))) for r in msgs],
+            row[3] is not None,
+        )
+
+    def failures(self, scope: Scope, include_resolved: bool) -> Tx[list[dict[str, Any]]]:
+        clause = " AND ".join(f"{k} = %s" for k, _ in scope.items())
+        resolved = "" if include_resolved else " AND resolved_at IS NULL"
+        rows = yield _Q(
+            f"SELECT rowid, error, created_at, resolved_at, (SELECT count(*) FROM "
+            f"{self.t('failure_messages')} f WHERE f.failure_rowid = e.rowid) FROM "
+            f"{self.t('extraction_failures')} e WHERE {clause}{resolved} ORDER BY rowid DESC",
+            [v for _, v in scope.items()],
+        )
+        return [
+            {
+                "id": int(r[0]),
+                "error": r[1],
+                "created_at": _iso(r[2]),
+                "resolved_at": _iso(r[3]),
+                "messages": int(r[4]),
+            }
+            for r in rows
+        ]
+
+    def recent_messages(self, scope: Scope, limit: int) -> Tx[list[NewMessage]]:
+        clause = " AND ".join(f"{k} = %s" for k, _ in scope.items())
+        rows = yield _Q(
+            f"SELECT role, content, name, observed_at FROM {self.t('messages')} WHERE {clause} "
+            "ORDER BY rowid DESC LIMIT %s",
+            [*(v for _, v in scope.items()), limit],
+        )
+        return [NewMessage(r[0], r[1], r[2], _iso(r[3])) for r in reversed(rows)]
+
+    def existing_hashes(self, owner: str, hashes: Sequence[str]) -> Tx[set[str]]:
+        if not hashes:
+            return set()
+        rows = yield _Q(
+            f"SELECT hash FROM {self.t('memories')} WHERE owner = %s AND deleted_at IS NULL "
+            "AND hash = ANY(%s)",
+            (owner, list(hashes)),
+        )
+        return {r[0] for r in rows}
+
+    def list_memories(
+        self, scope: Scope, where: Node | None, limit: int, offset: int
+    ) -> Tx[list[MemoryRow]]:
+        sql, params = self.where(scope, where)
+        rows = yield _Q(
+            f"SELECT {_COLS} FROM {self.t('memories')} m WHERE {sql} "
+            "ORDER BY m.created_at DESC, m.rowid DESC LIMIT %s OFFSET %s",
+            [*params, limit, offset],
+        )
+        return (yield from self.hydrate(rows))
+
+    def history(self, memory_id: str) -> Tx[list[HistoryEvent]]:
+        rows = yield _Q(
+            "SELECT rowid, memory_id, event, version, old_memory, new_memory, old_metadata, "
+            f"new_metadata, actor, reason, created_at FROM {self.t('history')} "
+            "WHERE memory_id = %s ORDER BY rowid",
+            (memory_id,),
+        )
+        return [
+            HistoryEvent(
+                id=int(r[0]),
+                memory_id=r[1],
+                event=r[2],
+                version=r[3],
+                old_memory=r[4],
+                new_memory=r[5],
+                old_metadata=r[6],
+                new_metadata=r[7],
+                actor=r[8],
+                reason=r[9],
+                created_at=_iso(r[10]) or "",
+            )
+            for r in rows
+        ]
+
+    def count(self) -> Tx[int]:
+        row = yield _Q(f"SELECT count(*) FROM {self.t('memories')}", fetch="one")
+        return int(row[0])
+
+    def export_chunk(self, after: int, size: int) -> Tx[tuple[int, list[dict[str, Any]]]]:
+        raw = yield _Q(
+            f"SELECT {_COLS}, m.embedding, m.terms FROM {self.t('memories')} m "
+            "WHERE m.rowid > %s ORDER BY m.rowid LIMIT %s",
+            (after, size),
+        )
+        if not raw:
+            return after, []
+        rows = yield from self.hydrate([r[:18] for r in raw])
+        out = []
+        for r, row in zip(raw, rows, strict=True):
+            out.append(
+                {
+                    "row": row,
+                    "embedding": np.asarray(r[18], dtype=np.float32),
+                    "terms": r[19],
+                    "history": (yield from self.history(row.id)),
+                }
+            )
+        return int(raw[-1][0]), out
+
+    # -- search ------------------------------------------------------------------------------
+
+    def search_settings(self, k: int) -> _Q:
+        ef = max(self.ef_search, min(1000, 2 * k))
+        scan = ", set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+        return _Q(
+            f"SELECT set_config('hnsw.ef_search', %s, true){scan if self.iterative_scan else ''}",
+            (str(ef),),
+            fetch="none",
+        )
+
+    def nearest(
+        self, sql: str, params: list[Any], query: np.ndarray[Any, Any], k: int
+    ) -> Tx[list[tuple[int, float]]]:
+        """The ``k`` rows matching ``sql`` nearest to ``query``: ``(rowid, distance)``."""
+        if k <= 0:
+            return []
+        vec = np.asarray(query, dtype=np.float32)
+        yield self.search_settings(k)
+        # The HNSW index with iterative scans; relaxed order is put right by the
+        # outer sort.
+        rows = yield _Q(
+            "WITH hits AS MATERIALIZED (SELECT m.rowid, m.embedding <=> %s AS d FROM "
+            f"{self.t('memories')} m WHERE {sql} AND m.embedding IS NOT NULL ORDER BY d LIMIT %s) "
+            "SELECT rowid, d FROM hits ORDER BY d, rowid",
+            [vec, *params, k],
+        )
+        if len(rows) < k:
+            # Fewer than asked: either the scope has fewer, or the index scan gave up
+            # early (a very selective filter). The exact query settles it; OFFSET 0
+            # keeps the planner from using the index for the ORDER BY.
+            rows = yield _Q(
+                "SELECT rowid, d FROM (SELECT m.rowid, m.embedding <=> %s AS d FROM "
+                f"{self.t('memories')} m WHERE {sql} AND m.embedding IS NOT NULL OFFSET 0) x "
+                "ORDER BY d, rowid LIMIT %s",
+                [vec, *params, k],
+            )
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    def rows_by_rowid(
+        self, keys: Sequence[int], sql: str, params: list[Any], query: np.ndarray[Any, Any]
+    ) -> Tx[dict[int, tuple[MemoryRow, float]]]:
+        """Rows among ``keys`` that match ``sql``, with their cosine similarity to ``query``."""
+        if not keys:
+            return {}
+        raw = yield _Q(
+            f"SELECT {_COLS}, 1 - (m.embedding <=> %s) FROM {self.t('memories')} m "
+            f"WHERE m.rowid = ANY(%s) AND {sql}",
+            [np.asarray(query, dtype=np.float32), list(keys), *params],
+        )
+        rows = yield from self.hydrate([r[:18] for r in raw])
+        return {
+            int(r[0]): (row, float(r[18]) if r[18] is not None else 0.0)
+            for r, row in zip(raw, rows, strict=True)
+        }
+
+    def vector_search(
+        self, scope: Scope, where: Node | None, query: np.ndarray[Any, Any], k: int
+    ) -> Tx[list[tuple[MemoryRow, float]]]:
+        sql, params = self.where(scope, where)
+        hits = yield from self.nearest(sql, params, query, k)
+        found = yield from self.rows_by_rowid([h[0] for h in hits], sql, params, query)
+        return [(found[key][0], 1.0 - dist) for key, dist in hits if key in found]
+
+    def allowed(
+        self, scope: Scope, where: Node | None, sql: str, params: list[Any]
+    ) -> Tx[np.ndarray[Any, np.dtype[np.int64]] | None]:
+        """Rowids a narrowed keyword search may return; None when the cache's scope is the scope."""
+        if len(scope.items()) == 1 and where is None:
+            return None
+        rows = yield _Q(f"SELECT m.rowid FROM {self.t('memories')} m WHERE {sql}", params)
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+    def candidates(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, Any],
+        terms: Sequence[str],
+        entities: Sequence[str],
+        n: int,
+    ) -> Tx[list[Candidate]]:
+        bound = yield from self.ensure_dim()
+        if not bound:
+            return []
+        kind, value = scope.items()[0]
+        cache = yield from self.catch_up(kind, value)
+        sql, params = self.where(scope, where)
+        allowed = yield from self.allowed(scope, where, sql, params)
+        if allowed is not None and allowed.size == 0:
+            return []
+        sem = yield from self.nearest(sql, params, query, n)
+        sem_keys = [key for key, _ in sem]
+        kw_keys, _ = cache.bm25.search(terms, n, allowed=allowed)
+        linked: dict[int, list[tuple[str, int]]] = {}
+        if entities:
+            owner = "" if scope.user_id is None else " AND e.owner = %s"
+            ents = yield _Q(
+                "SELECT me.memory_rowid, e.normalized, (SELECT count(*) FROM "
+                f"{self.t('memory_entities')} x WHERE x.entity_rowid = e.rowid) FROM "
+                f"{self.t('entities')} e JOIN {self.t('memory_entities')} me ON "
+                f"me.entity_rowid = e.rowid WHERE e.normalized = ANY(%s){owner} "
+                "ORDER BY e.rowid, me.memory_rowid",
+                [list(entities), *([scope.owner] if scope.user_id is not None else [])],
+            )
+            for mrow, name, degree in ents:
+                linked.setdefault(int(mrow), []).append((name, int(degree)))
+        pool = set(sem_keys) | {int(x) for x in kw_keys.tolist()}
+        pool |= {m for m, ents_ in linked.items() if min(d for _, d in ents_) <= n}
+        if not pool:
+            return []
+        keys = np.fromiter(pool, dtype=np.int64, count=len(pool))
+        if allowed is not None:
+            keys = keys[np.isin(keys, allowed)]
+        found = yield from self.rows_by_rowid([int(x) for x in keys], sql, params, query)
+        bm_keys, bm = cache.bm25.search(terms, keys.size, allowed=keys)
+        bm25 = dict(zip(bm_keys.tolist(), bm.tolist(), strict=True))
+        sem_rank = {key: i + 1 for i, key in enumerate(sem_keys)}
+        kw_rank = {key: i + 1 for i, key in enumerate(kw_keys.tolist())}
+        return [
+            Candidate(
+                row=row,
+                semantic=cosine,
+                bm25=bm25.get(key, 0.0),
+                semantic_rank=sem_rank.get(key),
+                bm25_rank=kw_rank.get(key),
+                entities=linked.get(key, []),
+            )
+            for key, (row, cosine) in found.items()
+        ]
+
+    def ensure_dim(self) -> Tx[bool]:
+        if self.dim is None:
+            bound = yield from self.read_binding()
+            if bound is None:
+                return False
+            self.dim = bound[1]
+        return True
+
+    def catch_up(self, kind: str, value: str) -> Tx[_Cache]:
+        """The keyword cache of one primary scope id, caught up with this snapshot."""
+        head = yield _Q(
+            f"SELECT (SELECT value FROM {self.t('meta')} WHERE key = 'epoch'), "
+            "pg_snapshot_xmin(pg_current_snapshot())::text",
+            fetch="one",
+        )
+        epoch, xmin = str(head[0]), int(head[1])
+        key = (kind, value)
+        with self.lock:
+            if epoch != self.epoch:
+                self.caches.clear()
+                self.epoch = epoch
+            cache = self.caches.get(key)
+            if cache is None:
+                cache = self.caches[key] = _Cache()
+            self.caches.move_to_end(key)
+            since = cache.horizon
+        if kind == "user_id":
+            member, params = "m.user_id = %s", [value]
+        else:
+            member = (
+                f"(m.{kind} = %s OR m.rowid IN (SELECT memory_rowid FROM "
+                f"{self.t('memory_scope')} WHERE kind = %s AND value = %s))"
+            )
+            params = [value, kind, value]
+        rows = yield _Q(
+            f"SELECT m.rowid, m.deleted_at IS NULL, m.terms FROM {self.t('memories')} m "
+            f"WHERE m.txid >= %s::xid8 AND {member} ORDER BY m.rowid",
+            [str(since), *params],
+        )
+        with self.lock:
+            # Caught up by another thread from a newer snapshot meanwhile: keep that.
+            if xmin >= cache.horizon and self.epoch == epoch:
+                live = [r for r in rows if r[1]]
+                dead = [int(r[0]) for r in rows if not r[1]]
+                if dead:
+                    cache.bm25.remove(dead)
+                if live:
+                    cache.bm25.add([int(r[0]) for r in live], [r[2].split() for r in live])
+                cache.horizon = xmin
+            self.evict()
+        return cache
+
+    def evict(self) -> None:
+        total = sum(len(c.bm25) for c in self.caches.values())
+        while total > self.max_cached and len(self.caches) > 1:
+            _, cache = self.caches.popitem(last=False)
+            total -= len(cache.bm25)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+# -- drivers -------------------------------------------------------------------------------
+
+_RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
+_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
+
+
+def _translate(exc: Exception) -> Exception:
+    """A psycopg error as the EngramError an API caller should see."""
+    if isinstance(exc, psycopg.DataError) and "NUL" in str(exc):
+        return ValidationError(
+            "PostgreSQL cannot store the NUL character (\\x00) in text; remove it from the "
+            "text, metadata or ids"
+        )
+    if isinstance(exc, pg_errors.UntranslatableCharacter):
+        return ValidationError(
+            "PostgreSQL cannot store the NUL character (\\u0000) in JSON metadata; remove it"
+        )
+    return StoreError(f"PostgreSQL error: {exc}")
+
+
+def _result(cur: Any, q: _Q) -> Any:
+    if q.fetch == "all":
+        return cur.fetchall() if cur.description is not None else []
+    if q.fetch == "one":
+        return cur.fetchone() if cur.description is not None else None
+    if q.fetch == "rowcount":
+        return cur.rowcount
+    return None
+
+
+def _drive(flow: Tx[T], perform: Callable[[_Q], Any]) -> T:
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            q = flow.throw(error) if error is not None else flow.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            value, error = perform(q), None
+        except psycopg.Error as exc:
+            value, error = None, exc
+
+
+async def _adrive(flow: Tx[T], perform: Callable[[_Q], Any]) -> T:
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            q = flow.throw(error) if error is not None else flow.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            value, error = await perform(q), None
+        except psycopg.Error as exc:
+            value, error = None, exc
+
+
+@dataclass(frozen=True)
+class _PoolSettings:
+    url: str
+    min_size: int
+    max_size: int
+    timeout: float
+
+
+class PostgresStore:
+    """A :class:`~engramdb.stores.base.Store` on PostgreSQL with pgvector (blocking).
+
+    Args:
+        url: a libpq connection string or ``postgresql://`` URL.
+        schema: the PostgreSQL schema holding this store's tables (created on
+            first open, with the migrations, under an advisory lock).
+        min_size, max_size: connection pool bounds (per process).
+        timeout: seconds to wait for a pooled connection.
+        max_cached_docs: bound on the documents of the per-scope keyword caches.
+        ef_search: HNSW ``ef_search`` floor (raised to ``2 * k`` for larger k).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        max_cached_docs: int = 2_000_000,
+        ef_search: int = 100,
+    ) -> None:
+        """Open the store, creating and migrating its schema if needed."""
+        if not schema or len(schema) > 63:
+            raise StoreError(f"PostgreSQL schema name {schema!r} must be 1 to 63 characters")
+        self.flows = _Flows(schema, max_cached_docs, ef_search)
+        self.settings = _PoolSettings(url, min_size, max_size, timeout)
+        self.schema = schema
+        self._pool: ConnectionPool | None = None
+        self._pool_lock = threading.Lock()
+        self._closed = False
+        self._async: AsyncPostgresStore | None = None
+        self._vector_info: TypeInfo | None = None
+        try:
+            with psycopg.connect(url, autocommit=True) as con:
+                self._transaction(con, self.flows.migrate(), _WRITE)
+                self._vector_info = TypeInfo.fetch(con, "vector")
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot open the PostgreSQL store ({exc})") from exc
+        if self._vector_info is None:
+            raise StoreError("the pgvector type 'vector' is not visible on the search_path")
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(schema={self.schema!r})"
+
+    # -- connections and transactions -------------------------------------------------------
+
+    def _configure(self, con: psycopg.Connection[Any]) -> None:
+        assert self._vector_info is not None
+        _register_vector(con, self._vector_info)
+        con.execute("SET TIME ZONE 'UTC'")
+
+    def pool(self) -> ConnectionPool:
+        """The connection pool (opened on first use)."""
+        if self._closed:
+            raise StoreError("this store is closed; open a new Memory")
+        if self._pool is None:
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ConnectionPool(
+                        self.settings.url,
+                        min_size=self.settings.min_size,
+                        max_size=self.settings.max_size,
+                        timeout=self.settings.timeout,
+                        kwargs={"autocommit": True},
+                        configure=self._configure,
+                        check=ConnectionPool.check_connection,
+                        name=f"engramdb-{self.schema}",
+                        open=True,
+                    )
+        return self._pool
+
+    @staticmethod
+    def _transaction(con: psycopg.Connection[Any], flow: Tx[T], begin: str) -> T:
+        def perform(q: _Q) -> Any:
+            cur = con.execute(q.sql, q.params)
+            return _result(cur, q)
+
+        con.execute(begin)
+        try:
+            result = _drive(flow, perform)
+            con.execute("COMMIT")
+            return result
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                con.execute("ROLLBACK")
+            raise
+
+    def _run(self, make: Callable[[], Tx[T]], *, write: bool) -> T:
+        attempts = _WRITE_RETRIES if write else 1
+        for attempt in range(attempts):
+            try:
+                with self.pool().connection() as con:
+                    return self._transaction(con, make(), _WRITE if write else _READ)
+            except _RETRYABLE as exc:
+                if attempt == attempts - 1:
+                    raise StoreError(f"PostgreSQL kept aborting the write: {exc}") from exc
+                log.warning("retrying a write PostgreSQL aborted (%s)", type(exc).__name__)
+            except psycopg.Error as exc:
+                raise _translate(exc) from exc
+        raise AssertionError("unreachable")
+
+    def async_store(self) -> AsyncPostgresStore:
+        """The same store with coroutine methods on an asyncio pool (shares the caches)."""
+        if self._async is None:
+            self._async = AsyncPostgresStore(self)
+        return self._async
+
+    # -- the Store protocol ---------------------------------------------------------------------
+
+    def bind_embedder(self, model: str, dim: int) -> None:
+        """Record the embedder on first use (and type the vector column); refuse another."""
+        self._run(lambda: self.flows.bind_embedder(model, dim), write=True)
+
+    def bound_embedder(self) -> tuple[str, int] | None:
+        """The ``(model, dim)`` recorded in the store, if any."""
+        return self._run(self.flows.read_binding, write=False)
+
+    def add(
+        self,
+        memories: Sequence[NewMemory],
+        messages: Sequence[NewMessage],
+        scope: Scope,
+        actor: str,
+        *,
+        source_rowids: Sequence[int] = (),
+        resolve_failure: int | None = None,
+    ) -> list[AddOutcome]:
+        """Store messages and memories in one transaction; repeats become NONE."""
+        return self._run(
+            lambda: self.flows.add(
+                memories, messages, scope, actor, source_rowids, resolve_failure
+            ),
+            write=True,
+        )
+
+    def attach_session(self, memory_id: str, scope: Scope, actor: str) -> HistoryEvent | None:
+        """Attach the scope's run/agent to a live memory; None if nothing was new."""
+        return self._run(lambda: self.flows.attach_session(memory_id, scope, actor), write=True)
+
+    def keep_failed(
+        self, scope: Scope, messages: Sequence[NewMessage], error: str, reply: str | None
+    ) -> int:
+        """Store the messages of a failed extraction and the failure; returns its id."""
+        return self._run(lambda: self.flows.keep_failed(scope, messages, error, reply), write=True)
+
+    def failure(self, failure_id: int) -> tuple[Scope, list[tuple[int, NewMessage]], bool] | None:
+        """A recorded failure: scope, ``(message id, message)`` pairs, resolved or not."""
+        return self._run(lambda: self.flows.failure(failure_id), write=False)
+
+    def failures(self, scope: Scope, *, include_resolved: bool = False) -> list[dict[str, Any]]:
+        """Recorded extraction failures of a scope, newest first."""
+        return self._run(lambda: self.flows.failures(scope, include_resolved), write=False)
+
+    def recent_messages(self, scope: Scope, limit: int) -> list[NewMessage]:
+        """The last ``limit`` raw messages of a scope, oldest first."""
+        return self._run(lambda: self.flows.recent_messages(scope, limit), write=False)
+
+    def existing_hashes(self, owner: str, hashes: Sequence[str]) -> set[str]:
+        """Which of ``hashes`` a live memory of ``owner`` already has."""
+        return self._run(lambda: self.flows.existing_hashes(owner, hashes), write=False)
+
+    def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryRow | None:
+        """One memory by public id, or ``None``."""
+        return self._run(
+            lambda: self.flows.get(memory_id, include_deleted=include_deleted), write=False
+        )
+
+    def list_memories(
+        self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
+    ) -> list[MemoryRow]:
+        """Live memories of a scope, newest first (ties by insertion order)."""
+        return self._run(lambda: self.flows.list_memories(scope, where, limit, offset), write=False)
+
+    def vector_search(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        k: int,
+    ) -> list[tuple[MemoryRow, float]]:
+        """The ``k`` live memories of the scope most similar to ``query`` (cosine)."""
+        return self._run(lambda: self.flows.vector_search(scope, where, query, k), write=False)
+
+    def candidates(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        terms: Sequence[str],
+        entities: Sequence[str],
+        n: int,
+    ) -> list[Candidate]:
+        """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links."""
+        return self._run(
+            lambda: self.flows.candidates(scope, where, query, terms, entities, n), write=False
+        )
+
+    def update(
+        self,
+        memory_id: str,
+        *,
+        text: str,
+        hash: str,
+        embedding: np.ndarray[Any, np.dtype[np.float32]] | None,
+        terms: str,
+        entities: Sequence[EntityRef] = (),
+        metadata: dict[str, Any],
+        actor: str,
+        reason: str | None = None,
+    ) -> tuple[MemoryRow, HistoryEvent]:
+        """Change text and/or metadata of a live memory, writing an UPDATE event."""
+        return self._run(
+            lambda: self.flows.update(
+                memory_id, text, hash, embedding, terms, entities, metadata, actor, reason
+            ),
+            write=True,
+        )
+
+    def delete(
+        self, memory_id: str, *, actor: str, reason: str | None = None
+    ) -> tuple[MemoryRow, HistoryEvent]:
+        """Soft-delete one memory (hidden, restorable)."""
+        return self._run(lambda: self.flows.delete(memory_id, actor, reason), write=True)
+
+    def delete_scope(self, scope: Scope, *, actor: str) -> list[HistoryEvent]:
+        """Soft-delete every live memory matching all ids of ``scope``."""
+        return self._run(lambda: self.flows.delete_scope(scope, actor), write=True)
+
+    def plan_restore(self, memory_id: str, version: int | None) -> RestorePlan:
+        """Work out what a restore would bring back (reads only)."""
+        return self._run(lambda: self.flows.plan_restore(memory_id, version), write=False)
+
+    def apply_restore(
+        self,
+        plan: RestorePlan,
+        *,
+        hash: str,
+        embedding: np.ndarray[Any, np.dtype[np.float32]] | None,
+        terms: str,
+        entities: Sequence[EntityRef] = (),
+        actor: str,
+    ) -> tuple[MemoryRow, HistoryEvent]:
+        """Write a planned restore, if the memory has not changed since planning."""
+        return self._run(
+            lambda: self.flows.apply_restore(plan, hash, embedding, terms, entities, actor),
+            write=True,
+        )
+
+    def purge(self, *, memory_id: str | None = None, scope: Scope | None = None) -> int:
+        """Erase memories (and their history and source messages) for good.
+
+        The rows are deleted in one transaction. PostgreSQL keeps dead row
+        versions until VACUUM reclaims them, and the WAL (and any backup or
+        replica) holds what was written; see docs/postgres.md.
+        """
+        return self._run(lambda: self.flows.purge(memory_id, scope), write=True)
+
+    def history(self, memory_id: str) -> list[HistoryEvent]:
+        """Every event of a memory, oldest first."""
+        return self._run(lambda: self.flows.history(memory_id), write=False)
+
+    def export_rows(self) -> Iterator[dict[str, Any]]:
+        """Every memory (deleted ones too) with its vector, sessions, links, history.
+
+        Read in chunks inside one REPEATABLE READ transaction: one snapshot.
+        """
+        with self.pool().connection() as con:
+            con.execute(_READ)
+            try:
+                after = 0
+                while True:
+                    after, chunk = _drive(
+                        self.flows.export_chunk(after, 500),
+                        lambda q: _result(con.execute(q.sql, q.params), q),
+                    )
+                    if not chunk:
+                        break
+                    yield from chunk
+            except psycopg.Error as exc:
+                raise _translate(exc) from exc
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    con.execute("COMMIT")
+
+    def import_rows(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Write exported rows back in one transaction; returns the count."""
+        return self._run(lambda: self.flows.import_rows(rows), write=True)
+
+    def count(self) -> int:
+        """Number of memory rows (deleted ones included)."""
+        return self._run(self.flows.count, write=False)
+
+    def reset(self) -> None:
+        """Erase everything the store holds (the embedder binding too)."""
+        self._run(self.flows.reset, write=True)
+
+    def close(self) -> None:
+        """Close the pool (the async one is closed by :meth:`AsyncPostgresStore.close`)."""
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        with self.flows.lock:
+            self.flows.caches.clear()
+
+
+class AsyncPostgresStore:
+    """The same store with coroutine methods, on an asyncio connection pool.
+
+    Made by :meth:`PostgresStore.async_store`; runs the same transaction flows
+    as the blocking store and shares its keyword caches. The pool opens on the
+    first call, in the running event loop.
+    """
+
+    def __init__(self, sync: PostgresStore) -> None:
+        """Wrap ``sync``'s flows and settings."""
+        self.sync = sync
+        self.flows = sync.flows
+        self._pool: AsyncConnectionPool | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def _configure(self, con: psycopg.AsyncConnection[Any]) -> None:
+        assert self.sync._vector_info is not None
+        _register_vector(con, self.sync._vector_info)
+        await con.execute("SET TIME ZONE 'UTC'")
+
+    async def pool(self) -> AsyncConnectionPool:
+        """The asyncio connection pool (opened on first use)."""
+        if self.sync._closed:
+            raise StoreError("this store is closed; open a new AsyncMemory")
+        if self._pool is None:
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            async with self._lock:
+                if self._pool is None:
+                    settings = self.sync.settings
+                    pool = AsyncConnectionPool(
+                        settings.url,
+                        min_size=settings.min_size,
+                        max_size=settings.max_size,
+                        timeout=settings.timeout,
+                        kwargs={"autocommit": True},
+                        configure=self._configure,
+                        check=AsyncConnectionPool.check_connection,
+                        name=f"engramdb-async-{self.sync.schema}",
+                        open=False,
+                    )
+                    await pool.open()
+                    self._pool = pool
+        return self._pool
+
+    @staticmethod
+    async def _transaction(con: psycopg.AsyncConnection[Any], flow: Tx[T], begin: str) -> T:
+        async def perform(q: _Q) -> Any:
+            cur = await con.execute(q.sql, q.params)
+            if q.fetch == "all":
+                return await cur.fetchall() if cur.description is not None else []
+            if q.fetch == "one":
+                return await cur.fetchone() if cur.description is not None else None
+            if q.fetch == "rowcount":
+                return cur.rowcount
+            return None
+
+        await con.execute(begin)
+        try:
+            result = await _adrive(flow, perform)
+            await con.execute("COMMIT")
+            return result
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                await con.execute("ROLLBACK")
+            raise
+
+    async def _run(self, make: Callable[[], Tx[T]], *, write: bool) -> T:
+        attempts = _WRITE_RETRIES if write else 1
+        for attempt in range(attempts):
+            try:
+                async with (await self.pool()).connection() as con:
+                    return await self._transaction(con, make(), _WRITE if write else _READ)
+            except _RETRYABLE as exc:
+                if attempt == attempts - 1:
+                    raise StoreError(f"PostgreSQL kept aborting the write: {exc}") from exc
+                log.warning("retrying a write PostgreSQL aborted (%s)", type(exc).__name__)
+            except psycopg.Error as exc:
+                raise _translate(exc) from exc
+        raise AssertionError("unreachable")
+
+    async def bind_embedder(self, model: str, dim: int) -> None:
+        """See :meth:`PostgresStore.bind_embedder`."""
+        await self._run(lambda: self.flows.bind_embedder(model, dim), write=True)
+
+    async def bound_embedder(self) -> tuple[str, int] | None:
+        """See :meth:`PostgresStore.bound_embedder`."""
+        return await self._run(self.flows.read_binding, write=False)
+
+    async def add(
+        self,
+        memories: Sequence[NewMemory],
+        messages: Sequence[NewMessage],
+        scope: Scope,
+        actor: str,
+        *,
+        source_rowids: Sequence[int] = (),
+        resolve_failure: int | None = None,
+    ) -> list[AddOutcome]:
+        """See :meth:`PostgresStore.add`."""
+        return await self._run(
+            lambda: self.flows.add(
+                memories, messages, scope, actor, source_rowids, resolve_failure
+            ),
+            write=True,
+        )
+
+    async def attach_session(self, memory_id: str, scope: Scope, actor: str) -> HistoryEvent | None:
+        """See :meth:`PostgresStore.attach_session`."""
+        return await self._run(
+            lambda: self.flows.attach_session(memory_id, scope, actor), write=True
+        )
+
+    async def keep_failed(
+        self, scope: Scope, messages: Sequence[NewMessage], error: str, reply: str | None
+    ) -> int:
+        """See :meth:`PostgresStore.keep_failed`."""
+        return await self._run(
+            lambda: self.flows.keep_failed(scope, messages, error, reply), write=True
+        )
+
+    async def failure(
+        self, failure_id: int
+    ) -> tuple[Scope, list[tuple[int, NewMessage]], bool] | None:
+        """See :meth:`PostgresStore.failure`."""
+        return await self._run(lambda: self.flows.failure(failure_id), write=False)
+
+    async def failures(
+        self, scope: Scope, *, include_resolved: bool = False
+    ) -> list[dict[str, Any]]:
+        """See :meth:`PostgresStore.failures`."""
+        return await self._run(lambda: self.flows.failures(scope, include_resolved), write=False)
+
+    async def recent_messages(self, scope: Scope, limit: int) -> list[NewMessage]:
+        """See :meth:`PostgresStore.recent_messages`."""
+        return await self._run(lambda: self.flows.recent_messages(scope, limit), write=False)
+
+    async def existing_hashes(self, owner: str, hashes: Sequence[str]) -> set[str]:
+        """See :meth:`PostgresStore.existing_hashes`."""
+        return await self._run(lambda: self.flows.existing_hashes(owner, hashes), write=False)
+
+    async def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryRow | None:
+        """See :meth:`PostgresStore.get`."""
+        return await self._run(
+            lambda: self.flows.get(memory_id, include_deleted=include_deleted), write=False
+        )
+
+    async def list_memories(
+        self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
+    ) -> list[MemoryRow]:
+        """See :meth:`PostgresStore.list_memories`."""
+        return await self._run(
+            lambda: self.flows.list_memories(scope, where, limit, offset), write=False
+        )
+
+    async def vector_search(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        k: int,
+    ) -> list[tuple[MemoryRow, float]]:
+        """See :meth:`PostgresStore.vector_search`."""
+        return await self._run(
+            lambda: self.flows.vector_search(scope, where, query, k), write=False
+        )
+
+    async def candidates(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        terms: Sequence[str],
+        entities: Sequence[str],
+        n: int,
+    ) -> list[Candidate]:
+        """See :meth:`PostgresStore.candidates`."""
+        return await self._run(
+            lambda: self.flows.candidates(scope, where, query, terms, entities, n), write=False
+        )
+
+    async def update(
+        self,
+        memory_id: str,
+        *,
+        text: str,
+        hash: str,
+        embedding: np.ndarray[Any, np.dtype[np.float32]] | None,
+        terms: str,
+        entities: Sequence[EntityRef] = (),
+        metadata: dict[str, Any],
+        actor: str,
+        reason: str | None = None,
+    ) -> tuple[MemoryRow, HistoryEvent]:
+        """See :meth:`PostgresStore.update`."""
+        return await self._run(
+            lambda: self.flows.update(
+                memory_id, text, hash, embedding, terms, entities, metadata, actor, reason
+            ),
+            write=True,
+        )
+
+    async def delete(
+        self, memory_id: str, *, actor: str, reason: str | None = None
+    ) -> tuple[MemoryRow, HistoryEvent]:
+        """See :meth:`PostgresStore.delete`."""
+        return await self._run(lambda: self.flows.delete(memory_id, actor, reason), write=True)
+
+    async def delete_scope(self, scope: Scope, *, actor: str) -> list[HistoryEvent]:
+        """See :meth:`PostgresStore.delete_scope`."""
+        return await self._run(lambda: self.flows.delete_scope(scope, actor), write=True)
+
+    async def plan_restore(self, memory_id: str, version: int | None) -> RestorePlan:
+        """See :meth:`PostgresStore.plan_restore`."""
+        return await self._run(lambda: self.flows.plan_restore(memory_id, version), write=False)
+
+    async def apply_restore(
+        self,
+        plan: RestorePlan,
+        *,
+        hash: str,
+        embedding: np.ndarray[Any, np.dtype[np.float32]] | None,
+        terms: str,
+        entities: Sequence[EntityRef] = (),
+        actor: str,
+    ) -> tuple[MemoryRow, HistoryEvent]:
+        """See :meth:`PostgresStore.apply_restore`."""
+        return await self._run(
+            lambda: self.flows.apply_restore(plan, hash, embedding, terms, entities, actor),
+            write=True,
+        )
+
+    async def purge(self, *, memory_id: str | None = None, scope: Scope | None = None) -> int:
+        """See :meth:`PostgresStore.purge`."""
+        return await self._run(lambda: self.flows.purge(memory_id, scope), write=True)
+
+    async def history(self, memory_id: str) -> list[HistoryEvent]:
+        """See :meth:`PostgresStore.history`."""
+        return await self._run(lambda: self.flows.history(memory_id), write=False)
+
+    async def export_rows(self) -> AsyncIterator[dict[str, Any]]:
+        """See :meth:`PostgresStore.export_rows`."""
+        async with (await self.pool()).connection() as con:
+            await con.execute(_READ)
+            try:
+                after = 0
+                while True:
+
+                    async def perform(q: _Q) -> Any:
+                        cur = await con.execute(q.sql, q.params)
+                        if q.fetch == "one":
+                            return await cur.fetchone()
+                        return await cur.fetchall() if q.fetch == "all" else None
+
+                    after, chunk = await _adrive(self.flows.export_chunk(after, 500), perform)
+                    if not chunk:
+                        break
+                    for item in chunk:
+                        yield item
+            except psycopg.Error as exc:
+                raise _translate(exc) from exc
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    await con.execute("COMMIT")
+
+    async def import_rows(self, rows: Sequence[dict[str, Any]]) -> int:
+        """See :meth:`PostgresStore.import_rows`."""
+        return await self._run(lambda: self.flows.import_rows(rows), write=True)
+
+    async def count(self) -> int:
+        """See :meth:`PostgresStore.count`."""
+        return await self._run(self.flows.count, write=False)
+
+    async def reset(self) -> None:
+        """See :meth:`PostgresStore.reset`."""
+        await self._run(self.flows.reset, write=True)
+
+    async def close(self) -> None:
+        """Close the asyncio pool and the blocking store."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+        self.sync.close()
