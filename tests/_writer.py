@@ -1,6 +1,7 @@
 """A child process that writes to a store until it is killed or done.
 
-Run as ``python tests/_writer.py DB MODE SEED COUNT``. Vectors come from the
+Run as ``python tests/_writer.py DB MODE SEED COUNT`` (DB: a SQLite path or a JSON
+``vector_store`` section). Vectors come from the
 real local model, cached by a text's stem so that the process spends its time
 in the write path (where the crash test wants its kills to land) rather than
 in the model.
@@ -56,7 +57,11 @@ def main() -> None:
     db, mode, seed, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     rng = random.Random(seed)
     results: list[dict[str, Any]] = []
-    with Memory(db, embedder=StemCachedEmbedder()) as m:
+    # DB is a SQLite path, or a JSON vector_store section (the PostgreSQL runs).
+    where: dict[str, Any] = (
+        {"config": {"vector_store": json.loads(db)}} if db.startswith("{") else {"path": db}
+    )
+    with Memory(**where, embedder=StemCachedEmbedder()) as m:
         for i in range(count):
             if mode == "crash":
                 user = f"user{rng.randrange(3)}"

@@ -212,14 +212,15 @@ def _metadata_test(x: _Sql, node: Cmp) -> _Sql:
         return _q(x, " = ANY(", _p([_jsonb(v) for v in value], "::jsonb[]"), ")")
     if op in _ORDERING:
         if _is_number(value):
+            # CASE, not AND: SQL does not promise to test the type before the cast.
             return _q(
-                "(jsonb_typeof(",
+                "(CASE WHEN jsonb_typeof(",
                 x,
-                ") = 'number' AND (",
+                ") = 'number' THEN (",
                 x,
                 f")::numeric {_ORDER[op]} ",
                 _p(_numeric(value), "::numeric"),
-                ")",
+                " END)",
             )
         return _q(
             "(jsonb_typeof(",

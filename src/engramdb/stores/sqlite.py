@@ -1005,6 +1005,8 @@ class SQLiteStore:
                 "memory_sources",
                 "memory_scope",
                 "memory_vectors",
+                "failure_messages",
+                "extraction_failures",
                 "entities",
                 "history",
                 "messages",
@@ -1260,22 +1262,39 @@ class SQLiteStore:
                 return []
             sem_keys, _ = cache.index.search(query, n, allowed=allowed)
             kw_keys, _ = cache.bm25.search(terms, n, allowed=allowed)
+            pool = set(sem_keys.tolist()) | set(kw_keys.tolist())
             linked: dict[int, list[tuple[str, int]]] = {}
             if entities:
                 marks = ",".join("?" * len(entities))
+                # A user's memories only link to that user's entities (the owner key).
+                owner_sql, owner_params = (
+                    (" AND e.owner = ?", [scope.owner]) if scope.user_id is not None else ("", [])
+                )
                 ents = con.execute(
                     "SELECT e.rowid, e.normalized, (SELECT count(*) FROM memory_entities x "
                     "WHERE x.entity_rowid = e.rowid) FROM entities e "
-                    f"WHERE e.normalized IN ({marks})",
-                    list(entities),
+                    f"WHERE e.normalized IN ({marks}){owner_sql}",
+                    [*entities, *owner_params],
                 ).fetchall()
+                found_otherwise = sorted(pool)
                 for erow, name, degree in ents:
-                    for (mrow,) in con.execute(
-                        "SELECT memory_rowid FROM memory_entities WHERE entity_rowid = ?", (erow,)
-                    ):
+                    if degree <= n:
+                        links = con.execute(
+                            "SELECT memory_rowid FROM memory_entities WHERE entity_rowid = ?",
+                            (erow,),
+                        ).fetchall()
+                    else:
+                        # Too common to add candidates: only mark those found otherwise.
+                        links = []
+                        for chunk in _chunks(found_otherwise, 500):
+                            links += con.execute(
+                                "SELECT memory_rowid FROM memory_entities WHERE entity_rowid = ? "
+                                f"AND memory_rowid IN ({','.join('?' * len(chunk))})",
+                                (erow, *chunk),
+                            ).fetchall()
+                    for (mrow,) in links:
                         linked.setdefault(mrow, []).append((name, int(degree)))
-            pool = set(sem_keys.tolist()) | set(kw_keys.tolist())
-            pool |= {m for m, ents_ in linked.items() if min(d for _, d in ents_) <= n}
+            pool |= set(linked)
             if not pool:
                 return []
             keys = np.fromiter(pool, dtype=np.int64, count=len(pool))
