@@ -23,7 +23,8 @@ os.environ["NO_COLOR"] = "1"
 for _var in ("FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS", "ENGRAM_DB"):
     os.environ.pop(_var, None)
 
-from typer.core import TyperGroup  # noqa: E402  (after the environment is fixed)
+from click import Command  # noqa: E402  (after the environment is fixed)
+from typer.core import TyperGroup  # noqa: E402
 from typer.main import get_command  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
@@ -59,11 +60,20 @@ def render() -> str:
     if not isinstance(group, TyperGroup):
         raise RuntimeError("the engram app should be a group of commands")
     parts = [HEADER, "## `engram`\n", "```text", _help([]), "```\n"]
-    # Registration order: the order `engram --help` lists the commands in.
+    # Registration order: the order `engram --help` lists the commands in. A group
+    # (`engram bench`) is followed by a section for each of its commands.
     for name, command in group.commands.items():
-        summary = command.get_short_help_str(limit=200).strip()
-        parts += [f"## `engram {name}`\n", f"{summary}\n", "```text", _help([name]), "```\n"]
+        parts += _section([name], command)
+        if isinstance(command, TyperGroup):
+            for sub, subcommand in command.commands.items():
+                parts += _section([name, sub], subcommand)
     return "\n".join(parts)
+
+
+def _section(path: list[str], command: Command) -> list[str]:
+    summary = command.get_short_help_str(limit=200).strip()
+    title = " ".join(["engram", *path])
+    return [f"## `{title}`\n", f"{summary}\n", "```text", _help(path), "```\n"]
 
 
 def main(argv: list[str]) -> int:

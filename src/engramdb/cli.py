@@ -815,6 +815,166 @@ def demo(
         _say(f"Database: {path} (try: engram --db {quoted} search 'the trip' --user-id {user})")
 
 
+# -- bench --------------------------------------------------------------------------------
+
+bench_app = typer.Typer(
+    name="bench",
+    help="Benchmarks: run one, print its figures, write JSON.",
+    no_args_is_help=True,
+)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("pipeline")
+def bench_pipeline(
+    adds: Annotated[
+        int, typer.Option(metavar="N", help="Adds replayed per mode and LLM (LoCoMo turns).")
+    ] = 120,
+    warmup: Annotated[int, typer.Option(metavar="N", help="Adds left out of the figures.")] = 10,
+    concurrency: Annotated[
+        str,
+        typer.Option(metavar="LIST", help="Concurrent AsyncMemory.add() calls, comma-separated."),
+    ] = "1,5,20,50",
+    delay: Annotated[
+        float, typer.Option(metavar="SECONDS", help="The LLM's answer delay for concurrency.")
+    ] = 0.5,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="LoCoMo-format JSON (default: $ENGRAM_LOCOMO, else ../shared/data/locomo).",
+            dir_okay=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="30 adds; concurrency 1 and 20.")] = False,
+    profile: Annotated[
+        bool, typer.Option("--profile", help="Add a cProfile of the additive adds to the report.")
+    ] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Per-add LLM calls, tokens and time split (LLM/embed/own) with a zero-latency LLM."""
+    from engramdb.bench import pipeline as bench
+
+    try:
+        levels = [int(c) for c in concurrency.split(",") if c.strip()]
+    except ValueError:
+        raise typer.BadParameter("numbers like 1,5,20,50", param_hint="--concurrency") from None
+    with _expected_errors():
+        try:
+            report = bench.run(
+                adds=30 if quick else adds,
+                warmup=5 if quick else warmup,
+                concurrency=[1, 20] if quick else levels,
+                delay=delay,
+                data=data,
+                out=out,
+                profile=profile,
+                echo=_note if json_out else _say,
+            )
+        except (FileNotFoundError, ValueError) as exc:
+            _fail(str(exc))
+    if json_out:
+        _print_json(report)
+
+
+@bench_app.command("locomo-qa")
+def bench_locomo_qa(
+    ctx: typer.Context,
+    data: Annotated[
+        Path,
+        typer.Option(
+            metavar="FILE",
+            help="A LoCoMo-format JSON file (e.g. LoCoMo's locomo10.json).",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ],
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help=(
+                "mem0-shaped JSON config whose 'llm' section names the model (default: the "
+                "global --config, else $ENGRAM_LLM)."
+            ),
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
+    judge: Annotated[
+        str | None,
+        typer.Option(metavar="PROVIDER:MODEL", help="Judge LLM (default: the same LLM)."),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(metavar="N", help="Answer only the first N questions.")
+    ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="Keep LLM replies and ingested databases here, so reruns repay nothing.",
+            file_okay=False,
+        ),
+    ] = None,
+    top_k: Annotated[int, typer.Option(metavar="K", help="Memories retrieved per question.")] = 10,
+    keys: Annotated[
+        str,
+        typer.Option(
+            metavar="KIND",
+            help=(
+                "With --no-infer, what is stored verbatim: 'turns' (dialogue turns) or "
+                "'facts' (LoCoMo's observation facts)."
+            ),
+        ),
+    ] = "turns",
+    no_infer: Annotated[
+        bool,
+        typer.Option("--no-infer", help="Ingest without the LLM (see --keys); it still answers."),
+    ] = False,
+    turns_per_add: Annotated[
+        int, typer.Option(metavar="N", help="Dialogue turns per add() when extracting.")
+    ] = 4,
+    workers: Annotated[
+        int, typer.Option(metavar="N", help="Conversations and questions handled in parallel.")
+    ] = 4,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the report to this JSON file.")
+    ] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """LoCoMo QA end to end: ingest, answer from memories, judge (J), F1, BLEU-1 per category."""
+    from engramdb.bench import locomo_qa as bench
+
+    if keys not in ("turns", "facts"):
+        raise typer.BadParameter("must be 'turns' or 'facts'", param_hint="--keys")
+    cfg = _load_config(config or ctx.find_root().obj.config_file)
+    with _expected_errors():
+        try:
+            report = bench.run(
+                data,
+                config=cfg,
+                judge_llm=bench.judge_from_spec(judge),
+                cache_dir=cache,
+                limit=limit,
+                top_k=top_k,
+                infer=not no_infer,
+                keys=keys,
+                turns_per_add=turns_per_add,
+                workers=workers,
+                out=out,
+                echo=_note if json_out else _say,
+            )
+        except ValueError as exc:
+            _fail(str(exc))
+    if json_out:
+        _print_json(report)
+
+
 def main() -> None:
     """Entry point of the ``engram`` command."""
     app(prog_name="engram")
