@@ -106,8 +106,12 @@ def _prepare_root(bin_dir: Path, base: Path) -> str:
     return SERVER_USER
 
 
-def start_server() -> PgServer:
-    """The server named by ``ENGRAM_TEST_POSTGRES_URL``, or a new embedded one."""
+def start_server(*, durable: bool = False, extra: str = "") -> PgServer:
+    """The server named by ``ENGRAM_TEST_POSTGRES_URL``, or a new embedded one.
+
+    ``durable`` keeps fsync and full-page writes on (for benchmarks; the tests
+    turn them off); ``extra`` adds ``-c name=value`` server options.
+    """
     given = os.environ.get(URL_ENV)
     if given:
         with psycopg.connect(given, autocommit=True) as con:
@@ -129,9 +133,10 @@ def start_server() -> PgServer:
         port = _free_port()
         # Durability settings are for throwaway test data only: the suite tests
         # transactions and concurrency, not the disk.
+        unsafe = "" if durable else "-c fsync=off -c full_page_writes=off "
         options = (
-            f"-h 127.0.0.1 -p {port} -k {base} -c fsync=off -c synchronous_commit=off "
-            "-c full_page_writes=off -c max_connections=300 -c shared_buffers=128MB"
+            f"-h 127.0.0.1 -p {port} -k {base} {unsafe}-c synchronous_commit=off "
+            f"-c max_connections=300 -c shared_buffers=128MB {extra}"
         )
         try:
             _run(

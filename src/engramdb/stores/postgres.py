@@ -105,6 +105,8 @@ _COLS = (
     "m.attributed_to, m.memory_type, m.metadata, m.created_at, m.updated_at, m.observed_at, "
     "m.expires_at, m.deleted_at, m.version"
 )
+_NCOLS = 21
+"""Columns of ``_Flows.cols``: extra columns of a query come after these."""
 _WRITE_RETRIES = 8
 _EMBEDDER_KEYS = ("embedder_model", "embedder_dim")
 
@@ -156,6 +158,11 @@ class _VectorLoader(Loader):
     def load(self, data: Any) -> np.ndarray[Any, np.dtype[np.float32]]:
         text = bytes(data).decode("ascii").strip("[]")
         return np.array(text.split(","), dtype=np.float32) if text else np.empty(0, np.float32)
+
+
+def _vector_text(vec: np.ndarray[Any, Any]) -> str:
+    # In arrays (unnest) vectors travel as text; repr of float32 round-trips exactly.
+    return "[" + ",".join(map(repr, np.asarray(vec, dtype=np.float32).tolist())) + "]"
 
 
 def _register_vector(con: Any, info: TypeInfo) -> None:
@@ -422,6 +429,14 @@ class _Flows:
         source_rowids: Sequence[int],
         resolve_failure: int | None,
     ) -> Tx[list[AddOutcome]]:
+        """One add in a fixed number of statements, whatever the batch size.
+
+        Locks are taken in one order by every writer: the owner's advisory lock
+        (shared), entities by key, new memories by hash (one INSERT … ON
+        CONFLICT), then existing memories by hash (``FOR NO KEY UPDATE``) to
+        attach sessions. Row ids are drawn in input order, so ties (same
+        ``created_at``, same BM25 score) break exactly as on SQLite.
+        """
         now = utc_now()
         ts = datetime.fromisoformat(now)
         owner = scope.owner
@@ -433,105 +448,210 @@ class _Flows:
                 (ts, resolve_failure),
                 fetch="none",
             )
-        known: set[str] = set()
-        if memories:
-            rows = yield _Q(
-                f"SELECT hash FROM {self.t('memories')} WHERE owner = %s AND hash = ANY(%s) "
-                "AND deleted_at IS NULL",
-                (owner, sorted({m.hash for m in memories})),
-            )
-            known = {r[0] for r in rows}
-        yield from self.upsert_entities(
-            owner, [e for m in memories if m.hash not in known for e in m.entities], ts
+        if not memories:
+            return []
+        first: dict[str, int] = {}  # hash -> index of its first occurrence
+        for i, mem in enumerate(memories):
+            first.setdefault(mem.hash, i)
+        rows = yield _Q(
+            f"SELECT hash FROM {self.t('memories')} WHERE owner = %s AND hash = ANY(%s) "
+            "AND deleted_at IS NULL",
+            (owner, sorted(first)),
         )
-        outcomes: dict[int, AddOutcome] = {}
-        # Memories in hash order, for the same reason as entities in key order.
-        for i in sorted(range(len(memories)), key=lambda i: (memories[i].hash, i)):
-            outcomes[i] = yield from self.add_one(memories[i], scope, actor, ts, msg_rowids)
-        return [outcomes[i] for i in range(len(memories))]
-
-    def add_one(
-        self, mem: NewMemory, scope: Scope, actor: str, ts: datetime, msg_rowids: list[int]
-    ) -> Tx[AddOutcome]:
-        owner = scope.owner
-        for _ in range(_WRITE_RETRIES):
-            existing = yield _Q(
-                f"SELECT rowid, id, text, agent_id, run_id, version FROM {self.t('memories')} "
-                "WHERE owner = %s AND hash = %s AND deleted_at IS NULL FOR NO KEY UPDATE",
-                (owner, mem.hash),
-                fetch="one",
-            )
-            if existing is not None:
-                return (yield from self.attach(existing, scope, actor, ts))
-            if mem.embedding.size == 0:
+        known = {r[0] for r in rows}
+        fresh = [i for i in first.values() if memories[i].hash not in known]
+        for i in fresh:
+            if memories[i].embedding.size == 0:
                 # The caller skipped embedding a text it saw stored a moment ago; it
                 # was deleted since. Roll back; the caller retries with vectors.
-                raise ConflictError(f"memory text {mem.text[:40]!r} changed concurrently")
-            inserted = yield _Q(
-                f"INSERT INTO {self.t('memories')} (id, text, hash, owner, user_id, agent_id, "
-                "run_id, actor_id, role, attributed_to, memory_type, metadata, created_at, "
-                "updated_at, observed_at, expires_at, version, terms, embedding) VALUES (%s, %s, "
-                "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, 1, %s, %s) "
-                "ON CONFLICT (owner, hash) WHERE deleted_at IS NULL DO NOTHING RETURNING rowid",
-                (
-                    mem.id,
-                    mem.text,
-                    mem.hash,
-                    owner,
-                    scope.user_id,
-                    scope.agent_id,
-                    scope.run_id,
-                    mem.actor_id,
-                    mem.role,
-                    mem.attributed_to,
-                    mem.memory_type,
-                    _json(mem.metadata),
-                    ts,
-                    ts,
-                    _dt(mem.observed_at),
-                    _dt(mem.expires_at),
-                    mem.terms,
-                    np.asarray(mem.embedding, dtype=np.float32),
-                ),
-                fetch="one",
+                raise ConflictError(f"memory text {memories[i].text[:40]!r} changed concurrently")
+        yield from self.upsert_entities(owner, [e for i in fresh for e in memories[i].entities], ts)
+        inserted: dict[str, int] = {}
+        if fresh:
+            inserted = yield from self.insert_memories(
+                [memories[i] for i in sorted(fresh)], scope, ts
             )
-            if inserted is None:
-                continue  # another writer stored the same text first: attach to it
-            rowid = int(inserted[0])
-            yield from self.link_entities(rowid, owner, mem.entities, replace=False)
-            sources = sorted({msg_rowids[i] for i in mem.source_messages if i < len(msg_rowids)})
-            if sources:
-                yield _Q(
-                    f"INSERT INTO {self.t('memory_sources')} (memory_rowid, message_rowid) "
-                    "SELECT %s, unnest(%s::bigint[]) ON CONFLICT DO NOTHING",
-                    (rowid, sources),
-                    fetch="none",
-                )
-            if mem.links:
-                yield _Q(
-                    f"INSERT INTO {self.t('memory_links')} (from_rowid, to_rowid, kind, "
-                    f"created_at) SELECT %s, rowid, 'related', %s FROM {self.t('memories')} "
-                    "WHERE id = ANY(%s) AND owner = %s ORDER BY rowid ON CONFLICT DO NOTHING",
-                    (rowid, ts, list(mem.links), owner),
-                    fetch="none",
-                )
-            event = HistoryEvent(
-                memory_id=mem.id,
+        outcomes: dict[str, AddOutcome] = {}
+        added = [memories[i] for i in sorted(fresh) if memories[i].hash in inserted]
+        for mem in added:
+            outcomes[mem.hash] = AddOutcome(mem.id, mem.text, "ADD", None)
+        # Texts already stored (or stored by another writer a moment ago): attach.
+        for _ in range(_WRITE_RETRIES):
+            pending = sorted(h for h in first if h not in outcomes)
+            if not pending:
+                break
+            existing = yield _Q(
+                f"SELECT rowid, id, text, agent_id, run_id, version, hash FROM "
+                f"{self.t('memories')} WHERE owner = %s AND hash = ANY(%s) AND deleted_at IS NULL "
+                "ORDER BY hash FOR NO KEY UPDATE",
+                (owner, pending),
+            )
+            for row in existing:
+                outcomes[row[6]] = yield from self.attach(row[:6], scope, actor, ts)
+            missing = [memories[first[h]] for h in pending if h not in outcomes]
+            if not missing:
+                break
+            # Deleted between our look and our lock: store them after all.
+            for mem in missing:
+                if mem.embedding.size == 0:
+                    raise ConflictError(f"memory text {mem.text[:40]!r} changed concurrently")
+            yield from self.upsert_entities(owner, [e for m in missing for e in m.entities], ts)
+            more = yield from self.insert_memories(missing, scope, ts)
+            inserted.update(more)
+            for mem in missing:
+                if mem.hash in more:
+                    outcomes[mem.hash] = AddOutcome(mem.id, mem.text, "ADD", None)
+                    added.append(mem)
+        else:
+            raise ConflictError("the memories kept changing concurrently; nothing was written")
+        if added:
+            yield from self.link_new(added, inserted, owner, ts, msg_rowids, actor, outcomes)
+        result: list[AddOutcome] = []
+        for i, mem in enumerate(memories):
+            outcome = outcomes[mem.hash]
+            if i != first[mem.hash]:
+                # A repeat within the batch: the first occurrence already did the work.
+                outcome = AddOutcome(outcome.id, outcome.memory, "NONE", None)
+            result.append(outcome)
+        return result
+
+    def insert_memories(
+        self, memories: Sequence[NewMemory], scope: Scope, ts: datetime
+    ) -> Tx[dict[str, int]]:
+        """Insert new memories (in input order of row ids, hash order of locks): hash -> rowid."""
+        ids = yield _Q(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'rowid')) FROM generate_series(1, %s)",
+            (self.t("memories"), len(memories)),
+        )
+        rowids = sorted(int(r[0]) for r in ids)
+        order = sorted(range(len(memories)), key=lambda i: memories[i].hash)
+        cols = (
+            "rowid, id, text, hash, actor_id, role, attributed_to, memory_type, metadata, "
+            "observed_at, expires_at, terms, embedding"
+        )
+        arrays: list[list[Any]] = [
+            [rowids[i] for i in order],
+            [memories[i].id for i in order],
+            [memories[i].text for i in order],
+            [memories[i].hash for i in order],
+            [memories[i].actor_id for i in order],
+            [memories[i].role for i in order],
+            [memories[i].attributed_to for i in order],
+            [memories[i].memory_type for i in order],
+            [_json(memories[i].metadata) for i in order],
+            [_dt(memories[i].observed_at) for i in order],
+            [_dt(memories[i].expires_at) for i in order],
+            [memories[i].terms for i in order],
+            [_vector_text(memories[i].embedding) for i in order],
+        ]
+        types = (
+            "bigint[], text[], text[], text[], text[], text[], text[], text[], text[], "
+            "timestamptz[], timestamptz[], text[], text[]"
+        )
+        placeholders = ", ".join(f"%s::{t.strip()}" for t in types.split(","))
+        got = yield _Q(
+            f"INSERT INTO {self.t('memories')} (rowid, id, text, hash, owner, user_id, agent_id, "
+            "run_id, actor_id, role, attributed_to, memory_type, metadata, created_at, "
+            "updated_at, observed_at, expires_at, version, terms, embedding) "
+            "SELECT u.rowid, u.id, u.text, u.hash, %s, %s, %s, %s, u.actor_id, u.role, "
+            "u.attributed_to, u.memory_type, u.metadata::jsonb, %s, %s, u.observed_at, "
+            "u.expires_at, 1, u.terms, u.embedding::vector "
+            f"FROM unnest({placeholders}) WITH ORDINALITY AS u({cols}, n) ORDER BY u.n "
+            "ON CONFLICT (owner, hash) WHERE deleted_at IS NULL DO NOTHING RETURNING hash, rowid",
+            [scope.owner, scope.user_id, scope.agent_id, scope.run_id, ts, ts, *arrays],
+        )
+        return {r[0]: int(r[1]) for r in got}
+
+    def link_new(
+        self,
+        added: Sequence[NewMemory],
+        rowids: dict[str, int],
+        owner: str,
+        ts: datetime,
+        msg_rowids: list[int],
+        actor: str,
+        outcomes: dict[str, AddOutcome],
+    ) -> Tx[None]:
+        """Entities, sources, links and ADD events of newly inserted memories, in bulk."""
+        pairs = sorted({(rowids[m.hash], e[1]) for m in added for e in m.entities})
+        if pairs:
+            yield _Q(
+                f"INSERT INTO {self.t('memory_entities')} (memory_rowid, entity_rowid) "
+                f"SELECT u.m, e.rowid FROM unnest(%s::bigint[], %s::text[]) AS u(m, n) "
+                f"JOIN {self.t('entities')} e ON e.owner = %s AND e.normalized = u.n "
+                "ORDER BY 1, 2 ON CONFLICT DO NOTHING",
+                ([p[0] for p in pairs], [p[1] for p in pairs], owner),
+                fetch="none",
+            )
+        sources = sorted(
+            {
+                (rowids[m.hash], msg_rowids[i])
+                for m in added
+                for i in m.source_messages
+                if i < len(msg_rowids)
+            }
+        )
+        if sources:
+            yield _Q(
+                f"INSERT INTO {self.t('memory_sources')} (memory_rowid, message_rowid) "
+                "SELECT * FROM unnest(%s::bigint[], %s::bigint[]) ON CONFLICT DO NOTHING",
+                ([p[0] for p in sources], [p[1] for p in sources]),
+                fetch="none",
+            )
+        links = [(rowids[m.hash], link) for m in added for link in m.links]
+        if links:
+            yield _Q(
+                f"INSERT INTO {self.t('memory_links')} (from_rowid, to_rowid, kind, created_at) "
+                f"SELECT u.f, m.rowid, 'related', %s FROM unnest(%s::bigint[], %s::text[]) "
+                f"AS u(f, i) JOIN {self.t('memories')} m ON m.id = u.i AND m.owner = %s "
+                "ORDER BY 1, 2 ON CONFLICT DO NOTHING",
+                (ts, [p[0] for p in links], [p[1] for p in links], owner),
+                fetch="none",
+            )
+        events = [
+            HistoryEvent(
+                memory_id=m.id,
                 event="ADD",
                 version=1,
                 old_memory=None,
-                new_memory=mem.text,
+                new_memory=m.text,
                 old_metadata=None,
-                new_metadata=mem.metadata,
+                new_metadata=m.metadata,
                 actor=actor,
                 reason=None,
                 created_at=_iso(ts) or "",
             )
-            yield from self.insert_history(event)
-            return AddOutcome(mem.id, mem.text, "ADD", event)
-        raise ConflictError(
-            f"memory text {mem.text[:40]!r} kept changing concurrently; nothing was written"
+            for m in sorted(added, key=lambda m: rowids[m.hash])
+        ]
+        yield from self.insert_history_many(events)
+        for m, event in zip(sorted(added, key=lambda m: rowids[m.hash]), events, strict=True):
+            outcomes[m.hash] = AddOutcome(m.id, m.text, "ADD", event)
+
+    def insert_history_many(self, events: Sequence[HistoryEvent]) -> Tx[None]:
+        got = yield _Q(
+            f"INSERT INTO {self.t('history')} (memory_id, event, version, old_memory, "
+            "new_memory, old_metadata, new_metadata, actor, reason, created_at) "
+            "SELECT u.memory_id, u.event, u.version, u.old_memory, u.new_memory, "
+            "u.old_metadata::jsonb, u.new_metadata::jsonb, u.actor, u.reason, u.created_at "
+            "FROM unnest(%s::text[], %s::text[], %s::int[], %s::text[], %s::text[], %s::text[], "
+            "%s::text[], %s::text[], %s::text[], %s::timestamptz[]) WITH ORDINALITY AS "
+            "u(memory_id, event, version, old_memory, new_memory, old_metadata, new_metadata, "
+            "actor, reason, created_at, n) ORDER BY u.n RETURNING rowid",
+            (
+                [e.memory_id for e in events],
+                [e.event for e in events],
+                [e.version for e in events],
+                [e.old_memory for e in events],
+                [e.new_memory for e in events],
+                [_json(e.old_metadata) for e in events],
+                [_json(e.new_metadata) for e in events],
+                [e.actor for e in events],
+                [e.reason for e in events],
+                [_dt(e.created_at) for e in events],
+            ),
         )
+        for event, rowid in zip(events, sorted(int(r[0]) for r in got), strict=True):
+            event.id = rowid
 
     def attach(
         self, existing: tuple[Any, ...], scope: Scope, actor: str, ts: datetime
@@ -621,13 +741,13 @@ class _Flows:
     def locked_row(self, memory_id: str, *, live: bool) -> Tx[MemoryRow]:
         extra = " AND m.deleted_at IS NULL" if live else ""
         row = yield _Q(
-            f"SELECT {_COLS} FROM {self.t('memories')} m WHERE m.id = %s{extra} FOR UPDATE",
+            f"SELECT {self.cols} FROM {self.t('memories')} m WHERE m.id = %s{extra} FOR UPDATE",
             (memory_id,),
             fetch="one",
         )
         if row is None:
             raise MemoryNotFoundError(memory_id)
-        return (yield from self.hydrate([row]))[0]
+        return self.rows([row])[0]
 
     def set_content(
         self,
@@ -754,13 +874,13 @@ class _Flows:
         clause, params = self.scope_clause(scope)
         # Rows locked in (owner, hash) order, the order add() touches them in.
         rows = yield _Q(
-            f"SELECT {_COLS} FROM {self.t('memories')} m WHERE m.deleted_at IS NULL AND "
+            f"SELECT {self.cols} FROM {self.t('memories')} m WHERE m.deleted_at IS NULL AND "
             f"{clause} ORDER BY m.owner, m.hash FOR UPDATE",
             params,
         )
         if not rows:
             return []
-        hydrated = yield from self.hydrate(rows)
+        hydrated = self.rows(rows)
         yield _Q(
             f"UPDATE {self.t('memories')} SET deleted_at = %s, txid = pg_current_xact_id() "
             "WHERE rowid = ANY(%s)",
@@ -1048,12 +1168,32 @@ class _Flows:
 
     # -- reads --------------------------------------------------------------------------------
 
-    def hydrate(self, rows: Sequence[Sequence[Any]]) -> Tx[list[MemoryRow]]:
-        """Turn raw ``_COLS`` rows into MemoryRows with sessions and links filled in."""
-        out: list[MemoryRow] = []
-        by_rowid: dict[int, MemoryRow] = {}
-        for r in rows:
-            row = MemoryRow(
+    @property
+    def cols(self) -> str:
+        """The columns of a MemoryRow over alias ``m``: sessions and links as arrays.
+
+        One query per read: the extra sessions and the links come as array
+        columns, not as two more round trips.
+        """
+        scope, links, mems = self.t("memory_scope"), self.t("memory_links"), self.t("memories")
+        sessions = (
+            "ARRAY(SELECT s.value FROM {t} s WHERE s.memory_rowid = m.rowid AND s.kind = '{k}' "
+            'ORDER BY s.created_at, s.value COLLATE "C")'
+        )
+        return (
+            f"{_COLS}, {sessions.format(t=scope, k='run_id')}, "
+            f"{sessions.format(t=scope, k='agent_id')}, "
+            f"ARRAY(SELECT i FROM (SELECT x.id FROM {links} l JOIN {mems} x ON x.rowid = "
+            f"l.to_rowid WHERE l.from_rowid = m.rowid UNION SELECT x.id FROM {links} l JOIN "
+            f"{mems} x ON x.rowid = l.from_rowid WHERE l.to_rowid = m.rowid) AS u(i) "
+            'ORDER BY i COLLATE "C")'
+        )
+
+    @staticmethod
+    def rows(raw: Sequence[Sequence[Any]]) -> list[MemoryRow]:
+        """Turn raw :attr:`cols` rows into MemoryRows."""
+        return [
+            MemoryRow(
                 id=r[1],
                 text=r[2],
                 hash=r[3],
@@ -1071,42 +1211,23 @@ class _Flows:
                 expires_at=_iso(r[15]),
                 deleted_at=_iso(r[16]),
                 version=r[17],
+                run_ids=list(r[18]),
+                agent_ids=list(r[19]),
+                linked_ids=list(r[20]),
             )
-            out.append(row)
-            by_rowid[int(r[0])] = row
-        if not by_rowid:
-            return out
-        keys = list(by_rowid)
-        sessions = yield _Q(
-            f"SELECT memory_rowid, kind, value FROM {self.t('memory_scope')} "
-            'WHERE memory_rowid = ANY(%s) ORDER BY created_at, value COLLATE "C"',
-            (keys,),
-        )
-        for rowid, kind, value in sessions:
-            target = by_rowid[rowid]
-            (target.run_ids if kind == "run_id" else target.agent_ids).append(value)
-        links = yield _Q(
-            f"SELECT r, i FROM (SELECT l.from_rowid, m.id FROM {self.t('memory_links')} l "
-            f"JOIN {self.t('memories')} m ON m.rowid = l.to_rowid WHERE l.from_rowid = ANY(%s) "
-            f"UNION SELECT l.to_rowid, m.id FROM {self.t('memory_links')} l "
-            f"JOIN {self.t('memories')} m ON m.rowid = l.from_rowid WHERE l.to_rowid = ANY(%s)) "
-            'AS u(r, i) ORDER BY i COLLATE "C"',
-            (keys, keys),
-        )
-        for rowid, linked in links:
-            by_rowid[rowid].linked_ids.append(linked)
-        return out
+            for r in raw
+        ]
 
     def get(self, memory_id: str, *, include_deleted: bool) -> Tx[MemoryRow | None]:
         extra = "" if include_deleted else " AND m.deleted_at IS NULL"
         row = yield _Q(
-            f"SELECT {_COLS} FROM {self.t('memories')} m WHERE m.id = %s{extra}",
+            f"SELECT {self.cols} FROM {self.t('memories')} m WHERE m.id = %s{extra}",
             (memory_id,),
             fetch="one",
         )
         if row is None:
             return None
-        return (yield from self.hydrate([row]))[0]
+        return self.rows([row])[0]
 
     def failure(
         self, failure_id: int
@@ -1175,11 +1296,11 @@ class _Flows:
     ) -> Tx[list[MemoryRow]]:
         sql, params = self.where(scope, where)
         rows = yield _Q(
-            f"SELECT {_COLS} FROM {self.t('memories')} m WHERE {sql} "
+            f"SELECT {self.cols} FROM {self.t('memories')} m WHERE {sql} "
             "ORDER BY m.created_at DESC, m.rowid DESC LIMIT %s OFFSET %s",
             [*params, limit, offset],
         )
-        return (yield from self.hydrate(rows))
+        return self.rows(rows)
 
     def history(self, memory_id: str) -> Tx[list[HistoryEvent]]:
         rows = yield _Q(
@@ -1211,20 +1332,20 @@ class _Flows:
 
     def export_chunk(self, after: int, size: int) -> Tx[tuple[int, list[dict[str, Any]]]]:
         raw = yield _Q(
-            f"SELECT {_COLS}, m.embedding, m.terms FROM {self.t('memories')} m "
+            f"SELECT {self.cols}, m.embedding, m.terms FROM {self.t('memories')} m "
             "WHERE m.rowid > %s ORDER BY m.rowid LIMIT %s",
             (after, size),
         )
         if not raw:
             return after, []
-        rows = yield from self.hydrate([r[:18] for r in raw])
+        rows = self.rows(raw)
         out = []
         for r, row in zip(raw, rows, strict=True):
             out.append(
                 {
                     "row": row,
-                    "embedding": np.asarray(r[18], dtype=np.float32),
-                    "terms": r[19],
+                    "embedding": np.asarray(r[_NCOLS], dtype=np.float32),
+                    "terms": r[_NCOLS + 1],
                     "history": (yield from self.history(row.id)),
                 }
             )
@@ -1276,13 +1397,13 @@ class _Flows:
         if not keys:
             return {}
         raw = yield _Q(
-            f"SELECT {_COLS}, 1 - (m.embedding <=> %s) FROM {self.t('memories')} m "
+            f"SELECT {self.cols}, 1 - (m.embedding <=> %s) FROM {self.t('memories')} m "
             f"WHERE m.rowid = ANY(%s) AND {sql}",
             [np.asarray(query, dtype=np.float32), list(keys), *params],
         )
-        rows = yield from self.hydrate([r[:18] for r in raw])
+        rows = self.rows(raw)
         return {
-            int(r[0]): (row, float(r[18]) if r[18] is not None else 0.0)
+            int(r[0]): (row, float(r[_NCOLS]) if r[_NCOLS] is not None else 0.0)
             for r, row in zip(raw, rows, strict=True)
         }
 
@@ -1436,6 +1557,10 @@ def _version(text: str) -> tuple[int, ...]:
 
 _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 _READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+# psycopg prepares statements it sees repeatedly; a generic plan would pick the
+# HNSW index or a scope's B-tree without knowing the scope's size, so every
+# execution is planned for its own values.
+_SESSION = "SET TIME ZONE 'UTC'; SET plan_cache_mode = force_custom_plan"
 _WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
 
@@ -1551,7 +1676,7 @@ class PostgresStore:
     def _configure(self, con: psycopg.Connection[Any]) -> None:
         assert self._vector_info is not None
         _register_vector(con, self._vector_info)
-        con.execute("SET TIME ZONE 'UTC'")
+        con.execute(_SESSION)
 
     def pool(self) -> ConnectionPool:
         """The connection pool (opened on first use)."""
@@ -1826,7 +1951,7 @@ class AsyncPostgresStore:
     async def _configure(self, con: psycopg.AsyncConnection[Any]) -> None:
         assert self.sync._vector_info is not None
         _register_vector(con, self.sync._vector_info)
-        await con.execute("SET TIME ZONE 'UTC'")
+        await con.execute(_SESSION)
 
     async def pool(self) -> AsyncConnectionPool:
         """The asyncio connection pool (opened on first use)."""
