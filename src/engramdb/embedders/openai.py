@@ -437,7 +437,7 @@ class OpenAIEmbedder:
         if (
             isinstance(retry_backoff, bool)
             or not isinstance(retry_backoff, int | float)
-            or (retry_backoff < 0)
+            or retry_backoff < 0
         ):
             raise ConfigError(f"retry_backoff must be a number >= 0, got {retry_backoff!r}")
 
@@ -527,7 +527,10 @@ class OpenAIEmbedder:
         self.close()
 
     def __repr__(self) -> str:
-        return f"OpenAIEmbedder(model={self._model_name!r}, base_url={self._base_url!r})"
+        return (
+            f"OpenAIEmbedder(provider={self._provider!r}, model={self._model_name!r}, "
+            f"base_url={self._base_url!r})"
+        )
 
     # -------------------------------------------------------- internals
 
