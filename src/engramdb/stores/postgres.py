@@ -1363,19 +1363,34 @@ class _Flows:
         )
 
     def nearest(
-        self, sql: str, params: list[Any], query: np.ndarray[Any, Any], k: int
-    ) -> Tx[list[tuple[int, float]]]:
-        """The ``k`` rows matching ``sql`` nearest to ``query``: ``(rowid, distance)``."""
+        self,
+        sql: str,
+        params: list[Any],
+        query: np.ndarray[Any, Any],
+        k: int,
+        *,
+        full: bool = False,
+    ) -> Tx[list[Any]]:
+        """The ``k`` rows matching ``sql`` nearest to ``query``, nearest first.
+
+        Rows are ``(rowid, distance)``, or with ``full`` the :attr:`cols` columns
+        followed by the distance.
+        """
         if k <= 0:
             return []
         vec = np.asarray(query, dtype=np.float32)
+        out = (
+            f"SELECT {self.cols}, h.d FROM hits h JOIN {self.t('memories')} m ON m.rowid = h.rowid"
+            if full
+            else "SELECT h.rowid, h.d FROM hits h"
+        )
         yield self.search_settings(k)
         # The HNSW index with iterative scans; relaxed order is put right by the
         # outer sort.
         rows = yield _Q(
             "WITH hits AS MATERIALIZED (SELECT m.rowid, m.embedding <=> %s AS d FROM "
             f"{self.t('memories')} m WHERE {sql} AND m.embedding IS NOT NULL ORDER BY d LIMIT %s) "
-            "SELECT rowid, d FROM hits ORDER BY d, rowid",
+            f"{out} ORDER BY h.d, h.rowid",
             [vec, *params, k],
         )
         if len(rows) < k:
@@ -1383,12 +1398,12 @@ class _Flows:
             # early (a very selective filter). The exact query settles it; OFFSET 0
             # keeps the planner from using the index for the ORDER BY.
             rows = yield _Q(
-                "SELECT rowid, d FROM (SELECT m.rowid, m.embedding <=> %s AS d FROM "
-                f"{self.t('memories')} m WHERE {sql} AND m.embedding IS NOT NULL OFFSET 0) x "
-                "ORDER BY d, rowid LIMIT %s",
+                "WITH hits AS MATERIALIZED (SELECT rowid, d FROM (SELECT m.rowid, m.embedding "
+                f"<=> %s AS d FROM {self.t('memories')} m WHERE {sql} AND m.embedding IS NOT NULL "
+                f"OFFSET 0) x ORDER BY d, rowid LIMIT %s) {out} ORDER BY h.d, h.rowid",
                 [vec, *params, k],
             )
-        return [(int(r[0]), float(r[1])) for r in rows]
+        return list(rows)
 
     def rows_by_rowid(
         self, keys: Sequence[int], sql: str, params: list[Any], query: np.ndarray[Any, Any]
@@ -1411,9 +1426,8 @@ class _Flows:
         self, scope: Scope, where: Node | None, query: np.ndarray[Any, Any], k: int
     ) -> Tx[list[tuple[MemoryRow, float]]]:
         sql, params = self.where(scope, where)
-        hits = yield from self.nearest(sql, params, query, k)
-        found = yield from self.rows_by_rowid([h[0] for h in hits], sql, params, query)
-        return [(found[key][0], 1.0 - dist) for key, dist in hits if key in found]
+        raw = yield from self.nearest(sql, params, query, k, full=True)
+        return [(row, 1.0 - float(r[_NCOLS])) for r, row in zip(raw, self.rows(raw), strict=True)]
 
     def allowed(
         self, scope: Scope, where: Node | None, sql: str, params: list[Any]
@@ -1443,7 +1457,7 @@ class _Flows:
         if allowed is not None and allowed.size == 0:
             return []
         sem = yield from self.nearest(sql, params, query, n)
-        sem_keys = [key for key, _ in sem]
+        sem_keys = [int(r[0]) for r in sem]
         kw_keys, _ = cache.bm25.search(terms, n, allowed=allowed)
         linked: dict[int, list[tuple[str, int]]] = {}
         if entities:
@@ -1491,23 +1505,12 @@ class _Flows:
         return True
 
     def catch_up(self, kind: str, value: str) -> Tx[_Cache]:
-        """The keyword cache of one primary scope id, caught up with this snapshot."""
-        head = yield _Q(
-            f"SELECT (SELECT value FROM {self.t('meta')} WHERE key = 'epoch'), "
-            "pg_snapshot_xmin(pg_current_snapshot())::text",
-            fetch="one",
-        )
-        epoch, xmin = str(head[0]), int(head[1])
+        """The keyword cache of one primary scope id, caught up with this snapshot.
+
+        One query: its first row (rowid -1) carries the epoch and the snapshot's
+        xmin, the others are the scope's rows changed since the cache's horizon.
+        """
         key = (kind, value)
-        with self.lock:
-            if epoch != self.epoch:
-                self.caches.clear()
-                self.epoch = epoch
-            cache = self.caches.get(key)
-            if cache is None:
-                cache = self.caches[key] = _Cache()
-            self.caches.move_to_end(key)
-            since = cache.horizon
         if kind == "user_id":
             member, params = "m.user_id = %s", [value]
         else:
@@ -1516,23 +1519,43 @@ class _Flows:
                 f"{self.t('memory_scope')} WHERE kind = %s AND value = %s))"
             )
             params = [value, kind, value]
-        rows = yield _Q(
-            f"SELECT m.rowid, m.deleted_at IS NULL, m.terms FROM {self.t('memories')} m "
-            f"WHERE m.txid >= %s::xid8 AND {member} ORDER BY m.rowid",
-            [str(since), *params],
+        sql = (
+            f"SELECT -1, NULL, (SELECT value FROM {self.t('meta')} WHERE key = 'epoch'), "
+            "pg_snapshot_xmin(pg_current_snapshot())::text UNION ALL "
+            f"SELECT m.rowid, m.deleted_at IS NULL, m.terms, NULL FROM {self.t('memories')} m "
+            f"WHERE m.txid >= %s::xid8 AND {member}"
         )
-        with self.lock:
-            # Caught up by another thread from a newer snapshot meanwhile: keep that.
-            if xmin >= cache.horizon and self.epoch == epoch:
-                live = [r for r in rows if r[1]]
-                dead = [int(r[0]) for r in rows if not r[1]]
-                if dead:
-                    cache.bm25.remove(dead)
-                if live:
-                    cache.bm25.add([int(r[0]) for r in live], [r[2].split() for r in live])
-                cache.horizon = xmin
-            self.evict()
-        return cache
+        for _ in range(3):
+            with self.lock:
+                known = self.caches.get(key)
+                since = known.horizon if known is not None else 0
+            rows = yield _Q(sql, [str(since), *params])
+            head = next(r for r in rows if r[0] == -1)
+            epoch, xmin = str(head[2]), int(head[3])
+            with self.lock:
+                if epoch != self.epoch:
+                    # A purge or reset: what it erased cannot be read as a change.
+                    self.caches.clear()
+                    self.epoch = epoch
+                cache = self.caches.get(key)
+                if cache is None and since == 0:
+                    cache = self.caches[key] = _Cache()
+                if cache is None or cache.horizon < since:
+                    continue  # dropped or replaced meanwhile: read from its horizon
+                self.caches.move_to_end(key)
+                # A thread that caught up from a newer snapshot meanwhile wins.
+                if xmin >= cache.horizon:
+                    changed = [r for r in rows if r[0] != -1]
+                    dead = [int(r[0]) for r in changed if not r[1]]
+                    live = [r for r in changed if r[1]]
+                    if dead:
+                        cache.bm25.remove(dead)
+                    if live:
+                        cache.bm25.add([int(r[0]) for r in live], [r[2].split() for r in live])
+                    cache.horizon = xmin
+                self.evict()
+                return cache
+        raise ConflictError("the keyword index kept being reset while it was read; search again")
 
     def evict(self) -> None:
         total = sum(len(c.bm25) for c in self.caches.values())
@@ -1661,7 +1684,7 @@ class PostgresStore:
         self._vector_info: TypeInfo | None = None
         try:
             with psycopg.connect(url, autocommit=True) as con:
-                self._transaction(con, self.flows.migrate(), _WRITE)
+                self._transaction(con, self.flows.migrate(), _WRITE, pipeline=False)
                 self._vector_info = TypeInfo.fetch(con, "vector")
         except psycopg.Error as exc:
             raise StoreError(f"cannot open the PostgreSQL store ({exc})") from exc
@@ -1692,38 +1715,66 @@ class PostgresStore:
                         timeout=self.settings.timeout,
                         kwargs={"autocommit": True},
                         configure=self._configure,
-                        check=ConnectionPool.check_connection,
                         name=f"engramdb-{self.schema}",
                         open=True,
                     )
         return self._pool
 
     @staticmethod
-    def _transaction(con: psycopg.Connection[Any], flow: Tx[T], begin: str) -> T:
-        def perform(q: _Q) -> Any:
-            cur = con.execute(q.sql, q.params)
-            return _result(cur, q)
+    def _transaction(
+        con: psycopg.Connection[Any], flow: Tx[T], begin: str | None, *, pipeline: bool = True
+    ) -> T:
+        """Run one flow on ``con``: in a transaction, or (``begin=None``) as one statement.
 
-        con.execute(begin)
+        In pipeline mode, statements whose result the flow does not read are
+        sent without waiting; the next statement that returns rows waits for
+        all of them, so a flow costs a round trip per result, not per statement.
+        """
+        if begin is None:
+            return _drive(flow, lambda q: _result(con.execute(q.sql, q.params), q))
         try:
-            result = _drive(flow, perform)
-            con.execute("COMMIT")
+            if not pipeline:
+                con.execute(begin)
+                result = _drive(flow, lambda q: _result(con.execute(q.sql, q.params), q))
+                con.execute("COMMIT")
+                return result
+            with con.pipeline() as pipe:
+                con.execute(begin)
+
+                def perform(q: _Q) -> Any:
+                    cur = con.execute(q.sql, q.params)
+                    if q.fetch == "none":
+                        return None
+                    pipe.sync()
+                    return _result(cur, q)
+
+                result = _drive(flow, perform)
+                con.execute("COMMIT")
             return result
         except BaseException:
             with contextlib.suppress(psycopg.Error):
                 con.execute("ROLLBACK")
             raise
 
-    def _run(self, make: Callable[[], Tx[T]], *, write: bool) -> T:
-        attempts = _WRITE_RETRIES if write else 1
+    def _run(self, make: Callable[[], Tx[T]], *, write: bool, single: bool = False) -> T:
+        """Run a flow in a pooled connection: retry writes PostgreSQL aborted, and stale links."""
+        attempts = _WRITE_RETRIES if write else 2
+        begin = _WRITE if write else (None if single else _READ)
         for attempt in range(attempts):
+            con: psycopg.Connection[Any] | None = None
             try:
                 with self.pool().connection() as con:
-                    return self._transaction(con, make(), _WRITE if write else _READ)
+                    return self._transaction(con, make(), begin)
             except _RETRYABLE as exc:
                 if attempt == attempts - 1:
                     raise StoreError(f"PostgreSQL kept aborting the write: {exc}") from exc
                 log.warning("retrying a write PostgreSQL aborted (%s)", type(exc).__name__)
+            except psycopg.OperationalError as exc:
+                # A pooled connection the server dropped (restart, failover, idle
+                # timeout): nothing was committed on it; try once on a fresh one.
+                if con is None or not con.broken or attempt > 0:
+                    raise _translate(exc) from exc
+                log.warning("retrying on a fresh connection (%s)", exc)
             except psycopg.Error as exc:
                 raise _translate(exc) from exc
         raise AssertionError("unreachable")
@@ -1742,7 +1793,7 @@ class PostgresStore:
 
     def bound_embedder(self) -> tuple[str, int] | None:
         """The ``(model, dim)`` recorded in the store, if any."""
-        return self._run(self.flows.read_binding, write=False)
+        return self._run(self.flows.read_binding, write=False, single=True)
 
     def add(
         self,
@@ -1778,27 +1829,35 @@ class PostgresStore:
 
     def failures(self, scope: Scope, *, include_resolved: bool = False) -> list[dict[str, Any]]:
         """Recorded extraction failures of a scope, newest first."""
-        return self._run(lambda: self.flows.failures(scope, include_resolved), write=False)
+        return self._run(
+            lambda: self.flows.failures(scope, include_resolved), write=False, single=True
+        )
 
     def recent_messages(self, scope: Scope, limit: int) -> list[NewMessage]:
         """The last ``limit`` raw messages of a scope, oldest first."""
-        return self._run(lambda: self.flows.recent_messages(scope, limit), write=False)
+        return self._run(lambda: self.flows.recent_messages(scope, limit), write=False, single=True)
 
     def existing_hashes(self, owner: str, hashes: Sequence[str]) -> set[str]:
         """Which of ``hashes`` a live memory of ``owner`` already has."""
-        return self._run(lambda: self.flows.existing_hashes(owner, hashes), write=False)
+        return self._run(
+            lambda: self.flows.existing_hashes(owner, hashes), write=False, single=True
+        )
 
     def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryRow | None:
         """One memory by public id, or ``None``."""
         return self._run(
-            lambda: self.flows.get(memory_id, include_deleted=include_deleted), write=False
+            lambda: self.flows.get(memory_id, include_deleted=include_deleted),
+            write=False,
+            single=True,
         )
 
     def list_memories(
         self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
     ) -> list[MemoryRow]:
         """Live memories of a scope, newest first (ties by insertion order)."""
-        return self._run(lambda: self.flows.list_memories(scope, where, limit, offset), write=False)
+        return self._run(
+            lambda: self.flows.list_memories(scope, where, limit, offset), write=False, single=True
+        )
 
     def vector_search(
         self,
@@ -1886,7 +1945,7 @@ class PostgresStore:
 
     def history(self, memory_id: str) -> list[HistoryEvent]:
         """Every event of a memory, oldest first."""
-        return self._run(lambda: self.flows.history(memory_id), write=False)
+        return self._run(lambda: self.flows.history(memory_id), write=False, single=True)
 
     def export_rows(self) -> Iterator[dict[str, Any]]:
         """Every memory (deleted ones too) with its vector, sessions, links, history.
@@ -1917,7 +1976,7 @@ class PostgresStore:
 
     def count(self) -> int:
         """Number of memory rows (deleted ones included)."""
-        return self._run(self.flows.count, write=False)
+        return self._run(self.flows.count, write=False, single=True)
 
     def reset(self) -> None:
         """Erase everything the store holds (the embedder binding too)."""
@@ -1970,7 +2029,6 @@ class AsyncPostgresStore:
                         timeout=settings.timeout,
                         kwargs={"autocommit": True},
                         configure=self._configure,
-                        check=AsyncConnectionPool.check_connection,
                         name=f"engramdb-async-{self.sync.schema}",
                         open=False,
                     )
@@ -1979,9 +2037,10 @@ class AsyncPostgresStore:
         return self._pool
 
     @staticmethod
-    async def _transaction(con: psycopg.AsyncConnection[Any], flow: Tx[T], begin: str) -> T:
-        async def perform(q: _Q) -> Any:
-            cur = await con.execute(q.sql, q.params)
+    async def _transaction(con: psycopg.AsyncConnection[Any], flow: Tx[T], begin: str | None) -> T:
+        """See :meth:`PostgresStore._transaction`."""
+
+        async def fetch(cur: psycopg.AsyncCursor[Any], q: _Q) -> Any:
             if q.fetch == "all":
                 return await cur.fetchall() if cur.description is not None else []
             if q.fetch == "one":
@@ -1990,26 +2049,47 @@ class AsyncPostgresStore:
                 return cur.rowcount
             return None
 
-        await con.execute(begin)
+        if begin is None:
+
+            async def direct(q: _Q) -> Any:
+                return await fetch(await con.execute(q.sql, q.params), q)
+
+            return await _adrive(flow, direct)
         try:
-            result = await _adrive(flow, perform)
-            await con.execute("COMMIT")
+            async with con.pipeline() as pipe:
+                await con.execute(begin)
+
+                async def perform(q: _Q) -> Any:
+                    cur = await con.execute(q.sql, q.params)
+                    if q.fetch == "none":
+                        return None
+                    await pipe.sync()
+                    return await fetch(cur, q)
+
+                result = await _adrive(flow, perform)
+                await con.execute("COMMIT")
             return result
         except BaseException:
             with contextlib.suppress(psycopg.Error):
                 await con.execute("ROLLBACK")
             raise
 
-    async def _run(self, make: Callable[[], Tx[T]], *, write: bool) -> T:
-        attempts = _WRITE_RETRIES if write else 1
+    async def _run(self, make: Callable[[], Tx[T]], *, write: bool, single: bool = False) -> T:
+        attempts = _WRITE_RETRIES if write else 2
+        begin = _WRITE if write else (None if single else _READ)
         for attempt in range(attempts):
+            con: psycopg.AsyncConnection[Any] | None = None
             try:
                 async with (await self.pool()).connection() as con:
-                    return await self._transaction(con, make(), _WRITE if write else _READ)
+                    return await self._transaction(con, make(), begin)
             except _RETRYABLE as exc:
                 if attempt == attempts - 1:
                     raise StoreError(f"PostgreSQL kept aborting the write: {exc}") from exc
                 log.warning("retrying a write PostgreSQL aborted (%s)", type(exc).__name__)
+            except psycopg.OperationalError as exc:
+                if con is None or not con.broken or attempt > 0:
+                    raise _translate(exc) from exc
+                log.warning("retrying on a fresh connection (%s)", exc)
             except psycopg.Error as exc:
                 raise _translate(exc) from exc
         raise AssertionError("unreachable")
@@ -2020,7 +2100,7 @@ class AsyncPostgresStore:
 
     async def bound_embedder(self) -> tuple[str, int] | None:
         """See :meth:`PostgresStore.bound_embedder`."""
-        return await self._run(self.flows.read_binding, write=False)
+        return await self._run(self.flows.read_binding, write=False, single=True)
 
     async def add(
         self,
@@ -2064,20 +2144,28 @@ class AsyncPostgresStore:
         self, scope: Scope, *, include_resolved: bool = False
     ) -> list[dict[str, Any]]:
         """See :meth:`PostgresStore.failures`."""
-        return await self._run(lambda: self.flows.failures(scope, include_resolved), write=False)
+        return await self._run(
+            lambda: self.flows.failures(scope, include_resolved), write=False, single=True
+        )
 
     async def recent_messages(self, scope: Scope, limit: int) -> list[NewMessage]:
         """See :meth:`PostgresStore.recent_messages`."""
-        return await self._run(lambda: self.flows.recent_messages(scope, limit), write=False)
+        return await self._run(
+            lambda: self.flows.recent_messages(scope, limit), write=False, single=True
+        )
 
     async def existing_hashes(self, owner: str, hashes: Sequence[str]) -> set[str]:
         """See :meth:`PostgresStore.existing_hashes`."""
-        return await self._run(lambda: self.flows.existing_hashes(owner, hashes), write=False)
+        return await self._run(
+            lambda: self.flows.existing_hashes(owner, hashes), write=False, single=True
+        )
 
     async def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryRow | None:
         """See :meth:`PostgresStore.get`."""
         return await self._run(
-            lambda: self.flows.get(memory_id, include_deleted=include_deleted), write=False
+            lambda: self.flows.get(memory_id, include_deleted=include_deleted),
+            write=False,
+            single=True,
         )
 
     async def list_memories(
@@ -2085,7 +2173,7 @@ class AsyncPostgresStore:
     ) -> list[MemoryRow]:
         """See :meth:`PostgresStore.list_memories`."""
         return await self._run(
-            lambda: self.flows.list_memories(scope, where, limit, offset), write=False
+            lambda: self.flows.list_memories(scope, where, limit, offset), write=False, single=True
         )
 
     async def vector_search(
@@ -2171,7 +2259,7 @@ class AsyncPostgresStore:
 
     async def history(self, memory_id: str) -> list[HistoryEvent]:
         """See :meth:`PostgresStore.history`."""
-        return await self._run(lambda: self.flows.history(memory_id), write=False)
+        return await self._run(lambda: self.flows.history(memory_id), write=False, single=True)
 
     async def export_rows(self) -> AsyncIterator[dict[str, Any]]:
         """See :meth:`PostgresStore.export_rows`."""
@@ -2204,7 +2292,7 @@ class AsyncPostgresStore:
 
     async def count(self) -> int:
         """See :meth:`PostgresStore.count`."""
-        return await self._run(self.flows.count, write=False)
+        return await self._run(self.flows.count, write=False, single=True)
 
     async def reset(self) -> None:
         """See :meth:`PostgresStore.reset`."""
