@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -815,6 +816,288 @@ def demo(
         _say(f"Database: {path} (try: engram --db {quoted} search 'the trip' --user-id {user})")
 
 
+# -- servers ------------------------------------------------------------------------------
+
+KeysDb = Annotated[
+    Path | None,
+    typer.Option(
+        "--keys-db",
+        envvar="ENGRAM_KEYS_DB",
+        metavar="FILE",
+        help="The API key file (default $ENGRAM_HOME/keys.db); server config, not memory data.",
+        dir_okay=False,
+    ),
+]
+Host = Annotated[str, typer.Option(metavar="ADDRESS", help="The address to listen on.")]
+Insecure = Annotated[
+    bool,
+    typer.Option(
+        "--insecure",
+        help=(
+            "Listen on a non-loopback address even though no API key exists "
+            "(only behind something else that authenticates)."
+        ),
+    ),
+]
+LogLevel = Annotated[
+    str,
+    typer.Option(metavar="LEVEL", help="Log level: critical, error, warning, info, debug."),
+]
+
+
+class Engine(StrEnum):
+    """How the server drives the library."""
+
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+def _server() -> Any:
+    """Import the server package, or explain which extra installs it."""
+    try:
+        import engramdb.server as server
+    except ImportError as exc:
+        _fail(
+            f"the server needs the 'server' extra ({exc.name} is missing): "
+            "pip install 'engramdb[server]'"
+        )
+    return server
+
+
+def _open_async(ctx: typer.Context, engine: Engine = Engine.ASYNC) -> Any:
+    """Open the store for a server, recording ``server`` as the actor."""
+    from engramdb.memory import AsyncMemory
+
+    g: _Globals = ctx.find_root().obj
+    cls = AsyncMemory if engine is Engine.ASYNC else Memory
+    return cls(g.db, config=_load_config(g.config_file), actor="server")
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    host: Host = "127.0.0.1",
+    port: Annotated[int, typer.Option(metavar="PORT", help="The port to listen on.")] = 8765,
+    keys_db: KeysDb = None,
+    insecure: Insecure = False,
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            help=(
+                "async: AsyncMemory (LLM calls never hold a thread); "
+                "sync: Memory, each call in a worker thread."
+            )
+        ),
+    ] = Engine.ASYNC,
+    max_body_bytes: Annotated[
+        int, typer.Option(metavar="N", help="Largest request body accepted (413 beyond).")
+    ] = 1_048_576,
+    max_top_k: Annotated[
+        int, typer.Option(metavar="N", help="Most results one search or list may ask for.")
+    ] = 200,
+    max_messages: Annotated[
+        int, typer.Option(metavar="N", help="Most messages in one add request.")
+    ] = 100,
+    log_level: LogLevel = "info",
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="Print the server's address and settings as JSON first."),
+    ] = False,
+) -> None:
+    """Serve the REST API over HTTP until interrupted (docs at /docs; see docs/server.md)."""
+    server = _server()
+    with _expected_errors():
+        keys = server.KeyStore(keys_db)
+        server.runner.check_exposure(host, keys, insecure=insecure)
+        limits = server.ServerLimits(
+            max_body_bytes=max_body_bytes, max_top_k=max_top_k, max_messages=max_messages
+        )
+        memory = _open_async(ctx, engine)
+        url = f"http://{host}:{port}"
+        info = {"url": url, "engine": engine.value, "keys": str(keys.path), "auth": keys.any_keys()}
+        if json_out:
+            _print_json(info)
+        else:
+            auth = "API keys required" if info["auth"] else "no API keys: open to this machine"
+            _note(f"engram serving {url} ({engine.value} engine; {auth}); docs at {url}/docs")
+        server.serve(
+            memory,
+            host=host,
+            port=port,
+            keys=keys,
+            limits=limits,
+            insecure=insecure,
+            log_level=log_level,
+        )
+
+
+keys_app = typer.Typer(
+    name="keys",
+    help="API keys for `engram serve` and `engram mcp`: create, list, revoke.",
+    no_args_is_help=True,
+)
+app.add_typer(keys_app)
+
+
+def _keys(keys_db: Path | None) -> Any:
+    return _server().KeyStore(keys_db)
+
+
+@keys_app.command("create")
+def keys_create(
+    user_id: UserId = None,
+    agent_id: AgentId = None,
+    admin: Annotated[
+        bool, typer.Option("--admin", help="A key that may act on every scope.")
+    ] = False,
+    name: Annotated[
+        str | None, typer.Option(metavar="TEXT", help="A label, to tell keys apart.")
+    ] = None,
+    keys_db: KeysDb = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the key and its fields as JSON.")
+    ] = False,
+) -> None:
+    """Create an API key bound to a scope (or --admin); prints it once, alone on the last line."""
+    with _expected_errors():
+        created = _keys(keys_db).create(user_id=user_id, agent_id=agent_id, admin=admin, name=name)
+    if json_out:
+        _print_json({"key": created.key, **created.info.as_dict()})
+        return
+    scope = "every scope (admin)" if admin else _describe_scope(user_id, agent_id, None)
+    _say(f"Created key {created.info.id} for {scope}. It is shown only now; store it safely:")
+    typer.echo(created.key)
+
+
+@keys_app.command("list")
+def keys_list(
+    keys_db: KeysDb = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the keys as JSON (never their secrets).")
+    ] = False,
+) -> None:
+    """List the API keys (ids and scopes; secrets are never stored)."""
+    with _expected_errors():
+        found = _keys(keys_db).list_keys()
+    if json_out:
+        _print_json([k.as_dict() for k in found])
+        return
+    if not found:
+        _note("No API keys; create one with `engram keys create --user-id ID`.")
+        return
+    table = Table(title=f"{len(found)} key(s)", title_justify="left")
+    for column in ("id", "name", "scope", "created", "revoked"):
+        table.add_column(column, no_wrap=column != "name")
+    for k in found:
+        scope = "admin" if k.admin else _describe_scope(k.user_id, k.agent_id, None)
+        table.add_row(
+            k.id, Text(k.name or ""), Text(scope), _when(k.created_at), _when(k.revoked_at)
+        )
+    _stdout().print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key: Annotated[
+        str, typer.Argument(metavar="KEY_OR_ID", help="The key itself, or its 8-character id.")
+    ],
+    keys_db: KeysDb = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the revoked key's fields as JSON.")
+    ] = False,
+) -> None:
+    """Revoke an API key: servers refuse it from the next request on."""
+    with _expected_errors():
+        revoked = _keys(keys_db).revoke(key)
+    if json_out:
+        _print_json(revoked.as_dict())
+        return
+    _say(f"Revoked key {revoked.id} (at {_when(revoked.revoked_at)}).")
+
+
+@app.command()
+def mcp(
+    ctx: typer.Context,
+    http: Annotated[
+        bool, typer.Option("--http", help="Serve streamable HTTP at /mcp instead of stdio.")
+    ] = False,
+    user_id: Annotated[
+        str | None,
+        typer.Option(
+            "--user-id", "-u", metavar="ID", help="The user whose memories the tools use."
+        ),
+    ] = None,
+    agent_id: Annotated[
+        str | None,
+        typer.Option("--agent-id", "-a", metavar="ID", help="Bind the tools to this agent too."),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ENGRAM_API_KEY",
+            metavar="KEY",
+            help="stdio: act as this API key (its scope applies) instead of --user-id.",
+        ),
+    ] = None,
+    host: Host = "127.0.0.1",
+    port: Annotated[int, typer.Option(metavar="PORT", help="--http: the port.")] = 8766,
+    keys_db: KeysDb = None,
+    insecure: Insecure = False,
+    log_level: LogLevel = "warning",
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="--http: print the address as JSON first (stdio carries the protocol)."
+        ),
+    ] = False,
+) -> None:
+    """Serve the memory tools to MCP clients (Claude Desktop, IDEs): stdio, or --http."""
+    if json_out and not http:
+        raise typer.BadParameter("--json needs --http: over stdio, stdout carries the protocol")
+    if api_key is not None and (user_id or agent_id):
+        raise typer.BadParameter("give --user-id/--agent-id or --api-key, not both")
+    server = _server()
+    from engramdb.core.validate import check_id
+    from engramdb.server.tenancy import Caller
+
+    with _expected_errors():
+        keys = server.KeyStore(keys_db)
+        bound = {k: v for k, v in (("user_id", user_id), ("agent_id", agent_id)) if v}
+        for kind, value in bound.items():
+            check_id(kind, value)
+        if api_key is not None and keys.verify(api_key) is None:
+            _fail(f"the API key is unknown or revoked (key file {keys.path})")
+        if not http:
+            if not bound and api_key is None:
+                raise typer.BadParameter(
+                    "name whose memories the tools use: --user-id ID (or --api-key KEY)"
+                )
+            server.runner.serve_mcp_stdio(
+                _open_async(ctx),
+                keys=keys,
+                caller=Caller(bound=bound) if bound else None,
+                api_key=api_key,
+            )
+            return
+        if api_key is not None:
+            raise typer.BadParameter("--api-key is for stdio; HTTP clients send their own key")
+        server.runner.check_exposure(host, keys, insecure=insecure, fixed_scope=bool(bound))
+        url = f"http://{host}:{port}/mcp"
+        if json_out:
+            _print_json({"url": url, "keys": str(keys.path), "auth": keys.any_keys()})
+        else:
+            _note(f"engram MCP server at {url}")
+        server.runner.serve_mcp_http(
+            _open_async(ctx),
+            host=host,
+            port=port,
+            keys=keys,
+            caller=Caller(bound=bound),
+            insecure=insecure,
+            log_level=log_level,
+        )
+
+
 # -- bench --------------------------------------------------------------------------------
 
 bench_app = typer.Typer(
@@ -823,6 +1106,51 @@ bench_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("serve")
+def bench_serve(
+    requests: Annotated[
+        int, typer.Option(metavar="N", help="Requests per operation and concurrency level.")
+    ] = 200,
+    concurrency: Annotated[
+        str, typer.Option(metavar="LIST", help="Concurrent clients per level, comma-separated.")
+    ] = "1,8,32",
+    engine: Annotated[
+        Engine, typer.Option(help="The server's engine (see `engram serve --engine`).")
+    ] = Engine.ASYNC,
+    seed: Annotated[
+        int, typer.Option(metavar="N", help="Memories in the searched scope before timing.")
+    ] = 500,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the figures as JSON instead of a table.")
+    ] = False,
+) -> None:
+    """Requests/s and p50/p95 latency of search and add(infer=False) at 1, 8, 32 clients."""
+    _server()
+    from engramdb.bench import serve as bench
+
+    try:
+        levels = tuple(int(c) for c in concurrency.split(","))
+    except ValueError:
+        raise typer.BadParameter(
+            f"--concurrency must be numbers like 1,8,32: {concurrency!r}"
+        ) from None
+    try:
+        result = bench.run(
+            requests=requests, concurrency=levels, engine=engine.value, seed=seed, out=out
+        )
+    except (RuntimeError, ValueError) as exc:
+        _fail(str(exc))
+    if json_out:
+        _print_json(result)
+        return
+    bench.print_report(result)
+    if out is not None:
+        _note(f"Figures written to {out}")
 
 
 @bench_app.command("pipeline")

@@ -1,0 +1,307 @@
+"""API keys for the REST and MCP servers: created, listed and revoked, stored hashed.
+
+A key reads ``ek_<id>_<secret>``: ``id`` is 8 hex characters, public (it
+names the key in listings, logs and ``engram keys revoke``); ``secret`` is
+32 random bytes, URL-safe base64. Only the SHA-256 of the whole key is
+kept, in a small SQLite file (``keys.db`` in the engram home by default):
+keys are server configuration, not memory data, so they live apart from
+every memory store and survive a ``reset``.
+
+Why SHA-256 and not scrypt/argon2: those slow hashes exist to make guessing
+*low-entropy passwords* expensive. A key here carries 256 random bits, so
+no amount of guessing finds one from its hash, and a slow hash would only
+add its cost to every request. The row is found by the public id (never by
+the secret), and the digests are compared in constant time.
+
+Revocation marks a row; rows are never deleted, so "some key exists" stays
+true once it became true and revoking the last key cannot silently turn a
+server back into one without authentication.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engramdb.config import default_home
+from engramdb.core.validate import check_id
+from engramdb.errors import ConfigError, ValidationError
+from engramdb.stores.sqlite import utc_now
+
+__all__ = [
+    "KEY_PREFIX",
+    "ApiKey",
+    "KeyStore",
+    "NewKey",
+    "default_keys_path",
+]
+
+KEY_PREFIX = "ek"
+"""Every key starts with ``ek_`` so a leaked one is easy to recognise (and to scan for)."""
+
+_KEY_RE = re.compile(r"^ek_([0-9a-f]{8})_([A-Za-z0-9_-]{43})$")
+_ID_RE = re.compile(r"^(?:ek_)?([0-9a-f]{8})$")
+_SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS api_keys (
+    id            TEXT PRIMARY KEY,
+    secret_sha256 TEXT NOT NULL,
+    name          TEXT,
+    user_id       TEXT,
+    agent_id      TEXT,
+    admin         INTEGER NOT NULL DEFAULT 0,
+    created_at    TEXT NOT NULL,
+    revoked_at    TEXT
+);
+"""
+
+
+def default_keys_path() -> Path:
+    """``$ENGRAM_HOME/keys.db`` (default ``~/.engramdb/keys.db``)."""
+    return default_home() / "keys.db"
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """A stored key, without its secret."""
+
+    id: str
+    name: str | None
+    user_id: str | None
+    agent_id: str | None
+    admin: bool
+    created_at: str
+    revoked_at: str | None
+
+    @property
+    def scope(self) -> dict[str, str]:
+        """The scope ids the key is bound to (empty for an admin key)."""
+        if self.admin:
+            return {}
+        out = {}
+        if self.user_id is not None:
+            out["user_id"] = self.user_id
+        if self.agent_id is not None:
+            out["agent_id"] = self.agent_id
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """The key's public fields as a JSON-able dict."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "user_id": self.user_id,
+            "agent_id": self.agent_id,
+            "admin": self.admin,
+            "created_at": self.created_at,
+            "revoked_at": self.revoked_at,
+        }
+
+
+@dataclass(frozen=True)
+class NewKey:
+    """A key just created: the only moment its secret is known."""
+
+    key: str
+    info: ApiKey
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _row(row: tuple[Any, ...]) -> ApiKey:
+    return ApiKey(
+        id=row[0],
+        name=row[1],
+        user_id=row[2],
+        agent_id=row[3],
+        admin=bool(row[4]),
+        created_at=row[5],
+        revoked_at=row[6],
+    )
+
+
+_COLUMNS = "id, name, user_id, agent_id, admin, created_at, revoked_at"
+
+
+class KeyStore:
+    """The API keys of a server, in one SQLite file (created on first write).
+
+    Safe to share between threads; another process (``engram keys revoke``)
+    may change the file while a server runs, and every lookup sees it.
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        """Open the key file at ``path`` (default :func:`default_keys_path`)."""
+        self.path = Path(path) if path is not None else default_keys_path()
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._any = False
+
+    def _connect(self, create: bool) -> sqlite3.Connection | None:
+        if self._conn is not None:
+            return self._conn
+        if not self.path.exists():
+            if not create:
+                return None
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # The file holds only digests, but there is no reason for others to read it.
+            fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
+            os.close(fd)
+        try:
+            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            conn.execute("PRAGMA busy_timeout = 5000")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > _SCHEMA_VERSION:
+                conn.close()
+                raise ConfigError(
+                    f"{self.path} was written by a newer engramdb (key schema {version}); "
+                    "upgrade engramdb"
+                )
+            if version < _SCHEMA_VERSION:
+                conn.executescript(_SCHEMA)
+                conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(f"cannot open the key file {self.path}: {exc}") from None
+        self._conn = conn
+        return conn
+
+    def create(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        admin: bool = False,
+        name: str | None = None,
+    ) -> NewKey:
+        """Create a key bound to a scope (or an admin key) and return it with its secret.
+
+        A non-admin key needs a ``user_id`` or an ``agent_id``: it can only
+        read and change memories of that scope. An admin key may act on any
+        scope and takes no scope ids.
+        """
+        user = check_id("user_id", user_id)
+        agent = check_id("agent_id", agent_id)
+        if admin and (user or agent):
+            raise ValidationError(
+                "an admin key acts on every scope; give --admin or scope ids, not both"
+            )
+        if not admin and user is None and agent is None:
+            raise ValidationError(
+                "a key needs the scope it may use (--user-id and/or --agent-id), or --admin"
+            )
+        if name is not None and (not name.strip() or len(name) > 200):
+            raise ValidationError("a key's name must be 1 to 200 characters")
+        with self._lock:
+            conn = self._connect(create=True)
+            assert conn is not None
+            while True:
+                key_id = secrets.token_hex(4)
+                secret = secrets.token_urlsafe(32)
+                key = f"{KEY_PREFIX}_{key_id}_{secret}"
+                if not _KEY_RE.match(key):  # pragma: no cover - token_urlsafe(32) is 43 chars
+                    continue
+                created = utc_now()
+                try:
+                    conn.execute(
+                        f"INSERT INTO api_keys ({_COLUMNS}, secret_sha256) "
+                        "VALUES (?, ?, ?, ?, ?, ?, NULL, ?)",
+                        (key_id, name, user, agent, int(admin), created, _digest(key)),
+                    )
+                except sqlite3.IntegrityError:  # pragma: no cover - a 1 in 4 billion clash
+                    continue
+                self._any = True
+                info = ApiKey(key_id, name, user, agent, admin, created, None)
+                return NewKey(key=key, info=info)
+
+    def list_keys(self) -> list[ApiKey]:
+        """Every key ever created, revoked ones included, oldest first."""
+        with self._lock:
+            conn = self._connect(create=False)
+            if conn is None:
+                return []
+            rows = conn.execute(f"SELECT {_COLUMNS} FROM api_keys ORDER BY created_at, id")
+            return [_row(r) for r in rows.fetchall()]
+
+    def revoke(self, key_or_id: str) -> ApiKey:
+        """Revoke a key, named by the key itself or by its public id; returns it.
+
+        Revoking an already revoked key is not an error (it stays revoked at
+        its first revocation time).
+        """
+        text = key_or_id.strip()
+        match = _KEY_RE.match(text)
+        id_match = _ID_RE.match(text)
+        if match:
+            key_id = match.group(1)
+        elif id_match:
+            key_id = id_match.group(1)
+        else:
+            raise ValidationError(
+                f"{key_or_id!r} is neither a key (ek_xxxxxxxx_...) nor a key id (8 hex digits)"
+            )
+        with self._lock:
+            conn = self._connect(create=False)
+            row = (
+                None
+                if conn is None
+                else conn.execute(
+                    f"SELECT {_COLUMNS}, secret_sha256 FROM api_keys WHERE id = ?", (key_id,)
+                ).fetchone()
+            )
+            if row is None or conn is None:
+                raise ValidationError(f"no key with id {key_id!r} (see `engram keys list`)")
+            if match and not hmac.compare_digest(row[7], _digest(text)):
+                raise ValidationError(f"no key with id {key_id!r} matches the key given")
+            conn.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                (utc_now(), key_id),
+            )
+            found = conn.execute(
+                f"SELECT {_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)
+            ).fetchone()
+            return _row(found)
+
+    def any_keys(self) -> bool:
+        """Whether any key was ever created (revoked ones count: see the module doc)."""
+        if self._any:
+            return True
+        with self._lock:
+            conn = self._connect(create=False)
+            if conn is None:
+                return False
+            self._any = conn.execute("SELECT 1 FROM api_keys LIMIT 1").fetchone() is not None
+            return self._any
+
+    def verify(self, key: str) -> ApiKey | None:
+        """The live key ``key`` is, or ``None`` (malformed, unknown or revoked)."""
+        match = _KEY_RE.match(key)
+        if match is None:
+            return None
+        with self._lock:
+            conn = self._connect(create=False)
+            if conn is None:
+                return None
+            row = conn.execute(
+                f"SELECT {_COLUMNS}, secret_sha256 FROM api_keys WHERE id = ?", (match.group(1),)
+            ).fetchone()
+        if row is None or not hmac.compare_digest(row[7], _digest(key)):
+            return None
+        info = _row(row)
+        return None if info.revoked_at is not None else info
+
+    def close(self) -> None:
+        """Close the file."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

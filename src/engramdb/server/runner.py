@@ -1,0 +1,131 @@
+"""Running the servers: the REST API and the MCP server under uvicorn or on stdio.
+
+The one rule enforced here: a server without API keys accepts every caller
+as an admin, so it only listens on a loopback address unless told
+``insecure=True``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from collections.abc import Sequence
+
+import anyio
+import uvicorn
+
+from engramdb.errors import ConfigError
+from engramdb.memory import AsyncMemory, Memory
+from engramdb.server.app import create_app
+from engramdb.server.keys import KeyStore
+from engramdb.server.mcp import KeyGuard, build_mcp
+from engramdb.server.service import MemoryService, ServerLimits
+from engramdb.server.tenancy import Caller
+
+__all__ = ["check_exposure", "is_loopback", "serve", "serve_mcp_http", "serve_mcp_stdio"]
+
+log = logging.getLogger("engramdb.server")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only listens on this machine (127.0.0.0/8, ::1, localhost)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, keys: KeyStore, *, insecure: bool, fixed_scope: bool = False) -> None:
+    """Refuse to listen beyond loopback when nobody would need a key to get in.
+
+    Raises:
+        ConfigError: ``host`` is not a loopback address, the key file holds no
+            key, and ``insecure`` is off.
+    """
+    if is_loopback(host) or insecure or keys.any_keys():
+        return
+    who = "the configured scope" if fixed_scope else "every scope"
+    raise ConfigError(
+        f"refusing to listen on {host}: no API key is configured ({keys.path}), so anyone "
+        f"who can reach the port could read and change {who}. Create a key with "
+        "`engram keys create --user-id ID` (or --admin), listen on 127.0.0.1, or pass "
+        "--insecure if something in front of the server authenticates"
+    )
+
+
+def _uvicorn_config(app: object, host: str, port: int, log_level: str) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=log_level == "debug",
+        # One process: SQLite caches and the embedding model are per process.
+        workers=None,
+        server_header=False,
+        timeout_graceful_shutdown=10,
+    )
+
+
+def serve(
+    memory: AsyncMemory | Memory,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    keys: KeyStore,
+    limits: ServerLimits | None = None,
+    insecure: bool = False,
+    log_level: str = "info",
+    sockets: Sequence[socket.socket] | None = None,
+) -> None:
+    """Serve the REST API until interrupted; closes ``memory`` on the way out."""
+    check_exposure(host, keys, insecure=insecure)
+    app = create_app(memory, keys=keys, limits=limits, close_memory=True)
+    server = uvicorn.Server(_uvicorn_config(app, host, port, log_level))
+    server.run(sockets=list(sockets) if sockets else None)
+
+
+def serve_mcp_stdio(
+    memory: AsyncMemory,
+    *,
+    keys: KeyStore,
+    caller: Caller | None,
+    api_key: str | None,
+    limits: ServerLimits | None = None,
+) -> None:
+    """Run the MCP server on stdin/stdout until the client closes it."""
+    service = MemoryService(memory, limits)
+    server = build_mcp(service, caller=caller, keys=keys, api_key=api_key)
+
+    async def main() -> None:
+        try:
+            await server.run_stdio_async()
+        finally:
+            await memory.close()
+
+    anyio.run(main)
+
+
+def serve_mcp_http(
+    memory: AsyncMemory,
+    *,
+    host: str,
+    port: int,
+    keys: KeyStore,
+    caller: Caller | None,
+    insecure: bool = False,
+    limits: ServerLimits | None = None,
+    log_level: str = "info",
+) -> None:
+    """Serve MCP over streamable HTTP at ``/mcp`` until interrupted."""
+    check_exposure(host, keys, insecure=insecure, fixed_scope=caller is not None)
+    service = MemoryService(memory, limits)
+    server = build_mcp(service, caller=caller, keys=keys)
+    app = KeyGuard(server.streamable_http_app(host=host), keys)
+    try:
+        uvicorn.Server(_uvicorn_config(app, host, port, log_level)).run()
+    finally:
+        anyio.run(memory.close)

@@ -1,0 +1,293 @@
+"""The guarded, asynchronous facade both servers (REST and MCP) call.
+
+Each method checks the caller's scope (:mod:`engramdb.server.tenancy`) and
+the server's limits, then makes exactly one call on the library's
+:class:`~engramdb.AsyncMemory` — or on a :class:`~engramdb.Memory` in a worker
+thread, whichever the server was given. Validation of values stays in the
+library; this layer only adds what a shared, multi-tenant server needs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+
+from engramdb.core.validate import check_id
+from engramdb.errors import EngramError, MemoryNotFoundError, ValidationError
+from engramdb.memory import AsyncMemory, Memory
+from engramdb.server.tenancy import Caller, owns, record_in_scope, resolve_scope
+
+__all__ = ["LimitExceededError", "MemoryService", "ServerLimits"]
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one request may ask of a server, beyond the library's own limits."""
+
+    max_body_bytes: int = 1_048_576
+    """Largest request body, checked before it is read (HTTP 413)."""
+    max_top_k: int = 200
+    """Most results one search or list may ask for."""
+    max_messages: int = 100
+    """Most messages in one add."""
+    max_offset: int = 1_000_000
+    """Deepest page a list may ask for."""
+
+
+class LimitExceededError(EngramError):
+    """A request asks for more than the server's limits allow (HTTP 422)."""
+
+
+def _ids(user_id: str | None, agent_id: str | None, run_id: str | None) -> dict[str, str | None]:
+    return {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
+
+
+class MemoryService:
+    """Scoped, limited access to one memory store for many callers."""
+
+    def __init__(self, memory: AsyncMemory | Memory, limits: ServerLimits | None = None) -> None:
+        """Serve ``memory``: an :class:`AsyncMemory`, or a :class:`Memory` run in threads."""
+        self.memory = memory
+        self.limits = limits or ServerLimits()
+
+    @property
+    def engine(self) -> str:
+        """``"async"`` (AsyncMemory) or ``"sync"`` (Memory in worker threads)."""
+        return "async" if isinstance(self.memory, AsyncMemory) else "sync"
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        method = getattr(self.memory, name)
+        if isinstance(self.memory, AsyncMemory):
+            return await method(*args, **kwargs)
+        return await anyio.to_thread.run_sync(functools.partial(method, *args, **kwargs))
+
+    async def _check_owned(self, caller: Caller, memory_id: str) -> str:
+        """Raise ``MemoryNotFoundError`` unless the memory exists in the caller's scope.
+
+        Deleted memories count (they can be restored, purged, and have a
+        history); the answer for another tenant's id is the same as for an
+        unknown one.
+        """
+        mid = check_id("memory_id", memory_id)
+        if mid is None:
+            raise ValidationError("memory_id is required")
+        if caller.admin:
+            return mid
+        get = functools.partial(self.memory.store.get, mid, include_deleted=True)
+        row = await anyio.to_thread.run_sync(get)
+        if row is None or not owns(caller, row):
+            raise MemoryNotFoundError(mid)
+        return mid
+
+    def _top_k(self, top_k: int | None, default: int) -> int:
+        """The caller's top_k within the limit; left out, the library's default (capped)."""
+        if top_k is None:
+            return min(default, self.limits.max_top_k)
+        if top_k > self.limits.max_top_k:
+            raise LimitExceededError(
+                f"top_k is {top_k}; this server returns at most {self.limits.max_top_k} "
+                "results per request (page lists with offset)"
+            )
+        return top_k
+
+    # -- memories of a scope ------------------------------------------------------------
+
+    async def add(
+        self,
+        caller: Caller,
+        messages: str | dict[str, Any] | list[dict[str, Any]],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        infer: bool = True,
+        timestamp: object = None,
+        expiration_date: object = None,
+        memory_type: str | None = None,
+        prompt: str | None = None,
+    ) -> dict[str, Any]:
+        """``Memory.add`` within the caller's scope."""
+        if isinstance(messages, list) and len(messages) > self.limits.max_messages:
+            raise LimitExceededError(
+                f"{len(messages)} messages in one add; this server takes at most "
+                f"{self.limits.max_messages}: split the conversation into several adds"
+            )
+        scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id))
+        result: dict[str, Any] = await self._call(
+            "add",
+            messages,
+            **scope,
+            metadata=metadata,
+            infer=infer,
+            timestamp=timestamp,
+            expiration_date=expiration_date,
+            memory_type=memory_type,
+            prompt=prompt,
+        )
+        return result
+
+    async def search(
+        self,
+        caller: Caller,
+        query: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        filters: dict[str, Any] | None = None,
+        top_k: int | None = None,
+        threshold: float | None = None,
+        explain: bool = False,
+        expand_links: bool = False,
+    ) -> dict[str, Any]:
+        """``Memory.search`` within the caller's scope."""
+        k = self._top_k(top_k, 20)
+        scope, rest = resolve_scope(caller, _ids(user_id, agent_id, run_id), filters)
+        result: dict[str, Any] = await self._call(
+            "search",
+            query,
+            **scope,
+            filters=rest,
+            top_k=k,
+            threshold=threshold,
+            explain=explain,
+            expand_links=expand_links,
+        )
+        return result
+
+    async def list_memories(
+        self,
+        caller: Caller,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        filters: dict[str, Any] | None = None,
+        top_k: int | None = None,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        """``Memory.get_all`` within the caller's scope (``top_k`` default 100, capped)."""
+        k = self._top_k(top_k, 100)
+        if offset > self.limits.max_offset:
+            raise LimitExceededError(
+                f"offset is {offset}; this server pages at most {self.limits.max_offset} deep "
+                "(narrow the list with filters instead)"
+            )
+        scope, rest = resolve_scope(caller, _ids(user_id, agent_id, run_id), filters)
+        result: dict[str, Any] = await self._call(
+            "get_all", **scope, filters=rest, top_k=k, offset=offset
+        )
+        return result
+
+    async def delete_all(
+        self,
+        caller: Caller,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``Memory.delete_all``: the request must name the scope, which must be the caller's."""
+        scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id), require_named=True)
+        result: dict[str, Any] = await self._call("delete_all", **scope)
+        return result
+
+    async def purge(
+        self,
+        caller: Caller,
+        memory_id: str | None = None,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``Memory.purge`` of one owned memory, or of a named scope of the caller."""
+        if memory_id is not None:
+            if any(v is not None for v in (user_id, agent_id, run_id)):
+                raise ValidationError("purge takes a memory_id or scope ids, not both")
+            mid = await self._check_owned(caller, memory_id)
+            result: dict[str, Any] = await self._call("purge", mid)
+            return result
+        scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id), require_named=True)
+        result = await self._call("purge", **scope)
+        return result
+
+    def export_lines(
+        self,
+        caller: Caller,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Iterator[str]:
+        """JSONL lines of ``Memory.export``, keeping only the memories of the caller's scope.
+
+        An admin without scope ids gets the whole store. Blocking: iterate it
+        in a worker thread.
+        """
+        ids = _ids(user_id, agent_id, run_id)
+        if caller.admin and not any(ids.values()):
+            scope: Mapping[str, str | None] = {}
+        else:
+            scope, _ = resolve_scope(caller, ids)
+        records = self.memory.export()
+        header = next(records)
+        yield json.dumps(header, ensure_ascii=False) + "\n"
+        for record in records:
+            if record_in_scope(record, scope):
+                yield json.dumps(record, ensure_ascii=False) + "\n"
+
+    # -- one memory, by id ----------------------------------------------------------------
+
+    async def get(self, caller: Caller, memory_id: str) -> dict[str, Any]:
+        """``Memory.get`` of an owned memory; ``MemoryNotFoundError`` instead of ``None``."""
+        mid = await self._check_owned(caller, memory_id)
+        found: dict[str, Any] | None = await self._call("get", mid)
+        if found is None:
+            raise MemoryNotFoundError(mid)
+        return found
+
+    async def update(
+        self,
+        caller: Caller,
+        memory_id: str,
+        *,
+        text: str | None = None,
+        data: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """``Memory.update`` of an owned memory (``data`` is mem0's name for ``text``)."""
+        mid = await self._check_owned(caller, memory_id)
+        result: dict[str, Any] = await self._call(
+            "update", mid, text=text, metadata=metadata, data=data, reason=reason
+        )
+        return result
+
+    async def delete(
+        self, caller: Caller, memory_id: str, *, reason: str | None = None
+    ) -> dict[str, Any]:
+        """``Memory.delete`` of an owned memory."""
+        mid = await self._check_owned(caller, memory_id)
+        result: dict[str, Any] = await self._call("delete", mid, reason=reason)
+        return result
+
+    async def restore(
+        self, caller: Caller, memory_id: str, *, version: int | None = None
+    ) -> dict[str, Any]:
+        """``Memory.restore`` of an owned memory."""
+        mid = await self._check_owned(caller, memory_id)
+        result: dict[str, Any] = await self._call("restore", mid, version=version)
+        return result
+
+    async def history(self, caller: Caller, memory_id: str) -> list[dict[str, Any]]:
+        """``Memory.history`` of an owned memory."""
+        mid = await self._check_owned(caller, memory_id)
+        result: list[dict[str, Any]] = await self._call("history", mid)
+        return result

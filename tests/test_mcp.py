@@ -1,0 +1,198 @@
+"""The MCP server through the official `mcp` SDK client: `engram mcp` over stdio, and HTTP.
+
+The stdio tests launch the real command as a subprocess, the way Claude
+Desktop or an IDE does; the HTTP test serves the streamable HTTP app with a
+real uvicorn on a loopback port and authenticates with API keys.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from engramdb import AsyncMemory, Memory
+from engramdb.embedders import LocalEmbedder
+from engramdb.server import KeyStore, MemoryService
+from engramdb.server.mcp import TOOL_NAMES, KeyGuard, build_mcp
+from live_server import live
+
+
+def _stdio(tmp_path: Path, *args: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "engramdb.cli", "--db", str(tmp_path / "engram.db"), "mcp", *args],
+        env={
+            "ENGRAM_HOME": str(tmp_path / "home"),
+            "ENGRAM_KEYS_DB": str(tmp_path / "keys.db"),
+            "ENGRAM_LLM": "",
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        },
+    )
+
+
+def _run(main: Callable[[], Awaitable[None]]) -> None:
+    async def bounded() -> None:
+        with anyio.fail_after(120):
+            await main()
+
+    anyio.run(bounded)
+
+
+def _text(result: Any) -> str:
+    return " ".join(getattr(part, "text", "") for part in result.content)
+
+
+def test_stdio_tools_add_search_update_history_delete(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with Client(_stdio(tmp_path, "--user-id", "alice")) as client:
+            tools = (await client.list_tools()).tools
+            assert {t.name for t in tools} == set(TOOL_NAMES)
+            for tool in tools:
+                assert tool.description
+                assert tool.input_schema["type"] == "object"
+            search_tool = next(t for t in tools if t.name == "search_memories")
+            assert search_tool.input_schema["required"] == ["query"]
+
+            added = await client.call_tool(
+                "add_memory",
+                {
+                    "messages": [
+                        {"role": "user", "content": "I'm allergic to peanuts"},
+                        {"role": "user", "content": "My cat is called Miso"},
+                    ],
+                    "metadata": {"source": "mcp"},
+                },
+            )
+            assert not added.is_error, _text(added)
+            assert [r["event"] for r in added.structured_content["results"]] == ["ADD", "ADD"]
+
+            found = await client.call_tool("search_memories", {"query": "food allergy", "top_k": 1})
+            assert not found.is_error
+            hit = found.structured_content["results"][0]
+            assert "peanuts" in hit["memory"] and hit["user_id"] == "alice"
+            mid = hit["id"]
+            assert "peanuts" in _text(found)  # the same result as text, for simple clients
+
+            listed = await client.call_tool("list_memories", {})
+            assert len(listed.structured_content["results"]) == 2
+
+            updated = await client.call_tool(
+                "update_memory",
+                {"memory_id": mid, "text": "I'm allergic to cashews", "reason": "fix"},
+            )
+            assert updated.structured_content["memory"] == "I'm allergic to cashews"
+
+            history = await client.call_tool("memory_history", {"memory_id": mid})
+            events = history.structured_content["history"]
+            assert [e["event"] for e in events] == ["ADD", "UPDATE"]
+            assert events[1]["old_memory"] == "I'm allergic to peanuts"
+            assert events[1]["reason"] == "fix"
+
+            deleted = await client.call_tool("delete_memory", {"memory_id": mid})
+            assert deleted.structured_content["id"] == mid
+            gone = await client.call_tool("get_memory", {"memory_id": mid})
+            assert gone.is_error and _text(gone).count("not_found") == 1
+
+            # Bad input: a tool error that says what is wrong, never a crash.
+            bad = {
+                "search_memories": [
+                    ({}, "query"),
+                    ({"query": 5}, "query"),
+                    ({"query": "x", "top_k": 0}, "top_k"),
+                    ({"query": "x", "top_k": 10_000}, "limit_exceeded"),
+                    ({"query": "x", "user_id": "bob"}, "scope_forbidden"),
+                    ({"query": "x", "filters": {"user_id": "bob"}}, "scope_forbidden"),
+                    ({"query": "x", "filters": {"a": {"gt": True}}}, "invalid_filter"),
+                    ({"query": "   "}, "validation_error"),
+                ],
+                "add_memory": [
+                    ({"messages": []}, "invalid_messages"),
+                    ({"messages": "x", "metadata": {"id": 1}}, "invalid_metadata"),
+                    ({"messages": [{"role": "robot", "content": "x"}]}, "role"),
+                ],
+                "update_memory": [({"memory_id": mid}, "validation_error")],
+                "get_memory": [({"memory_id": "no-such-id"}, "not_found")],
+            }
+            for tool_name, cases in bad.items():
+                for arguments, expected in cases:
+                    result = await client.call_tool(tool_name, arguments)
+                    assert result.is_error, (tool_name, arguments)
+                    assert expected in _text(result), (tool_name, arguments, _text(result))
+
+    _run(main)
+    with Memory(tmp_path / "engram.db") as m:
+        remaining = m.get_all(user_id="alice")["results"]
+        assert [r["memory"] for r in remaining] == ["My cat is called Miso"]
+        assert m.get_all(user_id="bob")["results"] == []
+
+
+def test_stdio_with_an_api_key_uses_its_scope_and_honours_revocation(tmp_path: Path) -> None:
+    keys = KeyStore(tmp_path / "keys.db")
+    bob = keys.create(user_id="bob")
+    with Memory(tmp_path / "engram.db") as m:
+        alice_id = m.add("alice's secret diary", user_id="alice")["results"][0]["id"]
+
+    async def main() -> None:
+        async with Client(_stdio(tmp_path, "--api-key", bob.key)) as client:
+            added = await client.call_tool("add_memory", {"messages": "bob likes jazz"})
+            assert added.structured_content["results"][0]["event"] == "ADD"
+            hits = await client.call_tool("search_memories", {"query": "diary secret"})
+            assert all(h["user_id"] == "bob" for h in hits.structured_content["results"])
+            peek = await client.call_tool("get_memory", {"memory_id": alice_id})
+            assert peek.is_error and "not_found" in _text(peek)
+            keys.revoke(bob.info.id)
+            refused = await client.call_tool("list_memories", {})
+            assert refused.is_error and "unauthorized" in _text(refused)
+
+    _run(main)
+
+
+def test_http_transport_needs_a_key_and_scopes_by_it(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    memory = AsyncMemory(tmp_path / "engram.db", embedder=embedder, llm=None)
+    keys = KeyStore(tmp_path / "keys.db")
+    alice, bob = keys.create(user_id="alice").key, keys.create(user_id="bob").key
+    server = build_mcp(MemoryService(memory), keys=keys)
+    app = KeyGuard(server.streamable_http_app(), keys)
+
+    @asynccontextmanager
+    async def client(url: str, key: str) -> AsyncIterator[Client]:
+        headers = {"Authorization": f"Bearer {key}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(url, http_client=http)) as connected,
+        ):
+            yield connected
+
+    with live(app) as running:
+        url = f"{running.url}/mcp"
+        refused = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "unauthorized"
+
+        async def main() -> None:
+            async with client(url, alice) as a:
+                assert len((await a.list_tools()).tools) == len(TOOL_NAMES)
+                added = await a.call_tool("add_memory", {"messages": "alice plays chess"})
+                assert not added.is_error, _text(added)
+                mid = added.structured_content["results"][0]["id"]
+            async with client(url, bob) as b:
+                peek = await b.call_tool("get_memory", {"memory_id": mid})
+                assert peek.is_error and "not_found" in _text(peek)
+                listed = await b.call_tool("list_memories", {})
+                assert listed.structured_content["results"] == []
+                forbidden = await b.call_tool("list_memories", {"user_id": "alice"})
+                assert forbidden.is_error and "scope_forbidden" in _text(forbidden)
+
+        _run(main)
+    anyio.run(memory.close)
