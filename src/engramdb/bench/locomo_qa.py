@@ -60,6 +60,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from engramdb import __version__
 from engramdb.bench._locomo import QA, Conversation, Session, load_conversations
 from engramdb.bench.qa_metrics import bleu1, token_f1
 from engramdb.config import EngramConfig, parse_config
@@ -509,12 +510,25 @@ def _db_key(conv: Conversation, model: str, embedder: str, settings: _Settings) 
             "keys": settings.keys,
             "turns_per_add": settings.turns_per_add,
             "extraction": settings.config.extraction.model_dump(mode="json"),
+            # Another engramdb or extraction prompt may extract other memories.
+            "engramdb": __version__,
+            "prompts": _extraction_prompts_digest() if settings.infer else None,
         },
     )[:32]
 
 
+@cache
+def _extraction_prompts_digest() -> str:
+    digest = hashlib.sha256()
+    folder = resources.files("engramdb.extract") / "prompts"
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".txt"):
+            digest.update(entry.name.encode("utf-8") + b"\0" + entry.read_bytes())
+    return digest.hexdigest()
+
+
 def _ingest_turns(mem: Memory, conv: Conversation, session: Session, s: _Settings) -> list[str]:
-    """Add one session's turns; return the failures' messages (kept by the store)."""
+    """Add one session's turns; return one line per failed extraction (its messages are kept)."""
     failures = []
     run_id = f"session_{session.number}"
     if s.infer:
