@@ -195,9 +195,9 @@ def _fill(b: _Backend, texts: list[str], upto: int) -> float:
     return added / seconds if seconds else 0.0
 
 
-def _add_rates(b: _Backend, extra: list[str]) -> dict[str, float]:
+def _add_rates(b: _Backend, extra: list[str], calls: tuple[int, int]) -> dict[str, float]:
     """Messages/s of 1-message and 32-message calls, into a separate user at this size."""
-    singles, batches = extra[:200], extra[200 : 200 + 20 * 32]
+    singles, batches = extra[: calls[0]], extra[calls[0] : calls[0] + calls[1] * 32]
     start = time.perf_counter()
     for t in singles:
         b.mem.add(t, user_id="bench-adder", infer=False)
@@ -277,9 +277,7 @@ def _size(b: _Backend) -> dict[str, Any]:
     }
 
 
-def _recall(
-    b: _Backend, texts: list[str], vectors: _Matrix, qvecs: _Matrix, size: int
-) -> dict[str, Any]:
+def _recall(b: _Backend, vectors: _Matrix, qvecs: _Matrix, size: int) -> dict[str, Any]:
     """recall@10 of the store's vector_search against exact cosine search over the scope."""
     store = b.mem.store
     scope = Scope(user_id=USER)
@@ -388,6 +386,7 @@ def run(
     queries: int = 200,
     schema: str = "engram_bench",
     seed: int = 0,
+    add_calls: tuple[int, int] = (200, 20),
     echo: Echo | None = print,
 ) -> dict[str, Any]:
     """Measure both stores at each size; returns the report (see the module docstring)."""
@@ -410,6 +409,8 @@ def run(
     emb.add_documents(all_texts, all_vectors)
     # the fill set, and 1000 more texts for the add-rate calls
     texts, fill_vectors, extra = all_texts[:total], all_vectors[:total], all_texts[total:]
+    if add_calls[0] + 32 * add_calls[1] > len(extra):
+        raise ValueError("add_calls asks for more than the 1000 spare texts")
     q_texts, q_vecs = questions[:queries], qvecs[:queries]
     emb.add_queries(q_texts, q_vecs)
     _reset_schema(store_url, schema)
@@ -431,11 +432,11 @@ def run(
             say(f"{b.name}: filling to {size} ...")
             fill_rate = _fill(b, texts, size)
             figures: dict[str, Any] = {"fill_msgs_per_s": round(fill_rate, 1)}
-            figures["add"] = _add_rates(b, extra)
+            figures["add"] = _add_rates(b, extra, add_calls)
             say(f"{b.name}: searching at {size} ...")
             figures.update(_search(b, q_texts, q_vecs))
             figures["size"] = _size(b)
-            figures["recall_at_10"] = _recall(b, texts, fill_vectors, q_vecs[:100], size)
+            figures["recall_at_10"] = _recall(b, fill_vectors, q_vecs[:100], size)
             row[b.name] = figures
             say(f"{b.name} @ {size}: {json.dumps(figures)}")
         report["sizes"][str(size)] = row

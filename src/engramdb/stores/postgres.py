@@ -1523,7 +1523,10 @@ class _Flows:
             f"SELECT -1, NULL, (SELECT value FROM {self.t('meta')} WHERE key = 'epoch'), "
             "pg_snapshot_xmin(pg_current_snapshot())::text UNION ALL "
             f"SELECT m.rowid, m.deleted_at IS NULL, m.terms, NULL FROM {self.t('memories')} m "
-            f"WHERE m.txid >= %s::xid8 AND {member}"
+            f"WHERE m.txid >= %s::xid8 AND {member} "
+            # Row order is the index's tie order (BM25Index breaks equal scores by
+            # insertion): rowid order, as SQLite's catch-up reads them.
+            "ORDER BY 1"
         )
         for _ in range(3):
             with self.lock:
