@@ -1,5 +1,11 @@
 from __future__ import annotations
 
+import os
+
+# On a busy 2-core machine, OpenBLAS threads wait for a core and turn millisecond
+# products into tens of milliseconds; the tests measure behaviour, not BLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from collections.abc import Iterator
 from pathlib import Path
 
