@@ -24,7 +24,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engramdb import AsyncMemory, ConfigError, Memory, SchemaVersionError, ValidationError
+from engramdb import (
+    AsyncMemory,
+    ConfigError,
+    Memory,
+    SchemaVersionError,
+    StoreError,
+    ValidationError,
+)
 from engramdb.core.filters import parse_filters
 from engramdb.core.filters_pg import compile_postgres
 from engramdb.embedders import LocalEmbedder
@@ -310,6 +317,20 @@ def test_async_memory_awaits_the_native_store(
             assert (await am.get_all(user_id="u"))["results"] == []
 
     asyncio.run(main())
+
+    # an asyncio pool belongs to one event loop: another loop is told so
+    async def other() -> AsyncMemory:
+        am = AsyncMemory(
+            config={"vector_store": {"provider": "postgres", "config": pg_config}},
+            embedder=embedder,
+        )
+        await am.add("loop one", user_id="w")
+        return am
+
+    am = asyncio.run(other())
+    with pytest.raises(StoreError, match="another event loop"):
+        asyncio.run(am.get_all(user_id="w"))
+    am.store.close()
     # the embedder ran in threads; no store call did
     assert threaded and not any("Store" in name for name in threaded), threaded
 

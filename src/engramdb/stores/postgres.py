@@ -2009,6 +2009,7 @@ class AsyncPostgresStore:
         self.flows = sync.flows
         self._pool: AsyncConnectionPool | None = None
         self._lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def _configure(self, con: psycopg.AsyncConnection[Any]) -> None:
         assert self.sync._vector_info is not None
@@ -2019,6 +2020,15 @@ class AsyncPostgresStore:
         """The asyncio connection pool (opened on first use)."""
         if self.sync._closed:
             raise StoreError("this store is closed; open a new AsyncMemory")
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            # Its connections and tasks live in the loop that opened the pool.
+            raise StoreError(
+                "this AsyncMemory's PostgreSQL pool belongs to another event loop; create "
+                "the AsyncMemory inside the loop that uses it (not across asyncio.run calls)"
+            )
         if self._pool is None:
             if self._lock is None:
                 self._lock = asyncio.Lock()
