@@ -63,8 +63,16 @@ from engramdb.extract import (
     retry_messages,
     vision_prompt,
 )
-from engramdb.nlp import extract_entities, index_terms, query_terms
-from engramdb.search import fuse
+from engramdb.nlp import extract_entities, index_terms
+from engramdb.rerank import LLMReranker, Reranker
+from engramdb.search import (
+    Hit,
+    apply_rerank,
+    document_terms,
+    document_text,
+    fuse,
+    plan_query,
+)
 from engramdb.stores.base import (
     AddOutcome,
     EntityRef,
@@ -175,6 +183,11 @@ class Operations:
         self.actor = actor
         self._bound = False
         self._warned_no_llm = False
+        rerank = config.retrieval.rerank
+        self.reranker: Reranker | None = (
+            LLMReranker(rerank.max_chars) if rerank is not None and has_llm else None
+        )
+        """The second stage of search; set by the face when a reranker is given."""
 
     # -- shared steps -------------------------------------------------------------------
 
@@ -221,7 +234,9 @@ class Operations:
     def _embed_new(self, memories: Sequence[NewMemory], skip: set[str]) -> Flow[None]:
         todo = [m for m in memories if m.hash not in skip and m.embedding.size == 0]
         if todo:
-            vectors = yield EmbedDocuments([m.text for m in todo])
+            vectors = yield EmbedDocuments(
+                [document_text(m.text, m.actor_id, self.fusion) for m in todo]
+            )
             for mem, vec in zip(todo, vectors, strict=True):
                 mem.embedding = vec
 
@@ -250,13 +265,15 @@ class Operations:
         yield from self._emit([o.history for o in outcomes])
         return list(outcomes)
 
-    def _new_memory(self, text: str, prep: _Prepared, **fields: Any) -> NewMemory:
+    def _new_memory(
+        self, text: str, prep: _Prepared, *, context: Sequence[str] = (), **fields: Any
+    ) -> NewMemory:
         return NewMemory(
             id=str(uuid.uuid4()),
             text=text,
             hash=content_hash(text),
             embedding=_EMPTY,
-            terms=index_terms(text),
+            terms=document_terms(text, context),
             entities=entities_of(text),
             metadata=prep.metadata,
             expires_at=prep.expires,
@@ -341,18 +358,32 @@ class Operations:
         return (yield from self._additive(prep, prompt))
 
     def _verbatim(self, prep: _Prepared) -> Flow[dict[str, Any]]:
-        new = [
-            self._new_memory(
-                msg.content.strip(),
-                prep,
-                actor_id=msg.name,
-                role=msg.role,
-                observed_at=msg.observed_at,
-                source_messages=[i],
+        # A chat message is often an answer whose subject was named just before it
+        # ("How long have you had them?" / "Three years!"): the words of the
+        # preceding messages of the conversation are indexed with it (keyword
+        # search only; its text and vector stay its own). See docs/retrieval.md.
+        window = self.fusion.context_messages
+        said: list[str] = []
+        if window:
+            earlier: list[NewMessage] = yield StoreCall("recent_messages", (prep.scope, window))
+            said = [m.content for m in earlier if m.role != "system"]
+        new = []
+        for i, msg in enumerate(prep.messages):
+            if msg.role == "system" or not msg.content.strip():
+                continue
+            context = said[-window:] if window else []
+            new.append(
+                self._new_memory(
+                    msg.content.strip(),
+                    prep,
+                    actor_id=msg.name,
+                    role=msg.role,
+                    observed_at=msg.observed_at,
+                    source_messages=[i],
+                    context=context,
+                )
             )
-            for i, msg in enumerate(prep.messages)
-            if msg.role != "system" and msg.content.strip()
-        ]
+            said.append(msg.content)
         outcomes = yield from self._store(new, prep)
         return {"results": [{"id": o.id, "memory": o.memory, "event": o.event} for o in outcomes]}
 
@@ -416,17 +447,32 @@ class Operations:
         return [h.row for h in hits]
 
     def _hybrid(
-        self, scope: Scope, where: Node | None, query: str, vec: Any, k: int
-    ) -> Flow[list[Any]]:
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: str,
+        vec: Any,
+        k: int,
+        *,
+        rerank: bool = False,
+    ) -> Flow[list[Hit]]:
+        """Candidates from every signal, fused (search.py); reranked if configured."""
         cfg = self.fusion
-        terms = query_terms(query) if cfg.bm25_weight > 0 else []
-        entities = (
-            sorted({e.normalized for e in extract_entities(query)}) if cfg.entity_weight > 0 else []
-        )
+        plan = plan_query(query, cfg)
+        second = cfg.rerank if rerank else None
+        want = max(k, second.pool) if second is not None else k
         candidates = yield StoreCall(
-            "candidates", (scope, where, vec, terms, entities, max(cfg.pool, k))
+            "candidates", (scope, where, vec, plan.terms, plan.entities, max(cfg.pool, want))
         )
-        return fuse(candidates, cfg)[:k]
+        hits = fuse(candidates, cfg, plan)[:want]
+        if second is not None and self.reranker is not None and len(hits) > 1:
+            try:
+                grades = yield from self.reranker.rerank(query, [h.row.text for h in hits])
+            except (LLMError, ReplyFormatError) as exc:
+                log.warning("reranking failed, keeping the fused order: %s", exc)
+            else:
+                hits = apply_rerank(hits, grades, second.weight)
+        return hits[:k]
 
     def _additive(
         self,
@@ -684,7 +730,7 @@ class Operations:
         scope, where = self._scope_and_where(filters, ids, "search()")
         yield from self._bind()
         vec = yield EmbedQuery(text)
-        hits = yield from self._hybrid(scope, where, text, vec, k)
+        hits = yield from self._hybrid(scope, where, text, vec, k, rerank=True)
         results = []
         seen = {h.row.id for h in hits}
         for hit in hits:
@@ -787,7 +833,8 @@ class Operations:
         embedding = None
         if new_text != row.text:
             yield from self._bind()
-            embedding = (yield EmbedDocuments([new_text]))[0]
+            doc = document_text(new_text, row.actor_id, self.fusion)
+            embedding = (yield EmbedDocuments([doc]))[0]
         new_row, event = yield StoreCall(
             "update",
             (mid,),
@@ -833,7 +880,8 @@ class Operations:
         embedding = None
         if current is not None and plan.text != current.text:
             yield from self._bind()
-            embedding = (yield EmbedDocuments([plan.text]))[0]
+            doc = document_text(plan.text, current.actor_id, self.fusion)
+            embedding = (yield EmbedDocuments([doc]))[0]
         row, event = yield StoreCall(
             "apply_restore",
             (plan,),

@@ -1153,6 +1153,125 @@ def bench_serve(
         _note(f"Figures written to {out}")
 
 
+@bench_app.command("locomo-retrieval")
+def bench_locomo_retrieval(
+    ctx: typer.Context,
+    data: Annotated[
+        Path,
+        typer.Option(
+            "--data",
+            metavar="FILE",
+            help="A LoCoMo-format JSON file (e.g. ../shared/data/locomo/locomo-dev.json).",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ],
+    keys: Annotated[
+        str,
+        typer.Option(
+            "--keys",
+            metavar="KIND",
+            help=(
+                "What is stored: 'turns' (every turn verbatim, infer=False), 'facts' (the "
+                "turns, plus the additive pipeline with a scripted LLM answering LoCoMo's "
+                "observation facts of each session) or 'facts-only'."
+            ),
+        ),
+    ] = "turns",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="FILE",
+            help="Where to write the JSON report (default: locomo-retrieval-KIND.json here).",
+            dir_okay=False,
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            metavar="FILE",
+            help=(
+                "Where to write the PNG of recall@k per method (default: "
+                "locomo-retrieval-KIND.png here); needs matplotlib (the 'bench' extra)."
+            ),
+            dir_okay=False,
+        ),
+    ] = None,
+    reuse: Annotated[
+        bool,
+        typer.Option(
+            "--reuse",
+            help=(
+                "Reuse the database ingested by an earlier --reuse run of the same data, keys, "
+                "code and embedder (cached under --cache-dir) instead of ingesting afresh."
+            ),
+        ),
+    ] = False,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            metavar="DIR",
+            help="Where --reuse keeps ingested databases (default: $ENGRAM_HOME/bench-cache).",
+            file_okay=False,
+        ),
+    ] = None,
+    retrieval: Annotated[
+        str | None,
+        typer.Option(
+            "--retrieval",
+            metavar="JSON",
+            help=(
+                "Fusion settings to try, as a JSON object of FusionConfig fields; by default "
+                "the --config file's 'retrieval' section, else the library's defaults."
+            ),
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON instead of a table.")
+    ] = False,
+) -> None:
+    """LoCoMo retrieval: any@k / all@k / NDCG@10 per category for hybrid, dense and BM25."""
+    from engramdb.bench import locomo_retrieval as bench
+
+    if keys not in ("turns", "facts", "facts-only"):
+        raise typer.BadParameter("must be 'turns', 'facts' or 'facts-only'", param_hint="--keys")
+    fusion = _json_arg("--retrieval", retrieval)
+    if fusion is None:
+        config = _load_config(ctx.find_root().obj.config_file)
+        if isinstance(config, dict):
+            fusion = config.get("retrieval")
+    out = out or Path(f"locomo-retrieval-{keys}.json")
+    plot = plot or Path(f"locomo-retrieval-{keys}.png")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        _note("matplotlib is not installed (pip install 'engramdb[bench]'): no plot")
+        plot = None
+    with _expected_errors():
+        try:
+            report = bench.run(
+                data,
+                keys=keys,  # type: ignore[arg-type]
+                out=out,
+                plot=plot,
+                reuse=reuse,
+                cache_dir=cache_dir,
+                retrieval=fusion,
+                progress=_note,
+            )
+        except (ValueError, KeyError) as exc:
+            _fail(f"{data}: {exc}")
+    if json_out:
+        _print_json(report)
+        return
+    _say(bench.format_report(report))
+    _note(f"wrote {out}" + (f" and {plot}" if plot else ""))
+
+
 @bench_app.command("pipeline")
 def bench_pipeline(
     adds: Annotated[

@@ -10,7 +10,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from engramdb.errors import ConfigError
-from engramdb.search import HYBRID_RRF, FusionConfig
+from engramdb.search import FusionConfig
 from engramdb.stores import check_store_config
 
 __all__ = [
@@ -78,7 +78,7 @@ class EngramConfig(_Frozen):
     llm: ProviderConfig | None = None
     limits: Limits = Limits()
     extraction: ExtractionConfig = ExtractionConfig()
-    retrieval: FusionConfig = HYBRID_RRF
+    retrieval: FusionConfig = FusionConfig()
     """How search fuses its signals (see :class:`engramdb.search.FusionConfig`)."""
     version: str | None = None
     """Accepted for mem0 compatibility; ignored."""

@@ -43,6 +43,8 @@ from engramdb.embedders import Embedder, make_embedder
 from engramdb.errors import ConfigError, ImportFormatError, ValidationError
 from engramdb.llms import LLM, llm_from_env, make_llm
 from engramdb.nlp import index_terms
+from engramdb.rerank import Reranker
+from engramdb.search import document_text
 from engramdb.stores import Store, make_store, store_from_env
 from engramdb.stores.base import HistoryEvent, MemoryRow
 
@@ -68,13 +70,16 @@ class _Base:
         embedder: Embedder | None = None,
         llm: LLM | None = None,
         actor: str = "api",
+        reranker: Reranker | None = None,
     ) -> None:
         """Open (or create) a memory store.
 
         ``path`` is the SQLite file (overrides the config's); ``config`` is a
         mem0-shaped dict; ``on_event`` receives every history event as it is
         committed; ``embedder`` and ``llm`` replace the configured ones;
-        ``actor`` is recorded in history as who made each change.
+        ``actor`` is recorded in history as who made each change;
+        ``reranker`` replaces the LLM grader when ``retrieval.rerank`` is
+        configured (see :mod:`engramdb.rerank`).
         """
         self.config = parse_config(config, path)
         if on_event is None:
@@ -104,6 +109,13 @@ class _Base:
             has_llm=self.llm is not None,
             actor=actor,
         )
+        if reranker is not None:
+            self._ops.reranker = reranker
+        elif self.config.retrieval.rerank is not None and self.llm is None:
+            log.warning(
+                "retrieval.rerank is configured but there is no LLM to grade with: "
+                "search returns the fused order"
+            )
 
     @property
     def actor(self) -> str:
@@ -460,7 +472,10 @@ class Memory(_Base):
         self._run(self._ops._bind())
         stale = [r for r in rows if r["embedding"] is None]
         if stale:
-            vecs = self.embedder.embed_documents([r["memory"] for r in stale])
+            fusion = self.config.retrieval
+            vecs = self.embedder.embed_documents(
+                [document_text(r["memory"], r.get("actor_id"), fusion) for r in stale]
+            )
             for r, v in zip(stale, vecs, strict=True):
                 r["embedding"] = v
         return self.store.import_rows(rows)
