@@ -298,6 +298,23 @@ def _recall(b: _Backend, vectors: _Matrix, qvecs: _Matrix, size: int) -> dict[st
         out[label] = round(float(np.mean(recalls)), 4)
     if b.name == "postgres":
         out["plan_uses_hnsw"] = _uses_hnsw(b, qvecs[0])
+        # The recall/latency trade-off of hnsw.ef_search (the store's default is 100).
+        flows = getattr(store, "flows", None)
+        if flows is not None:
+            default = flows.ef_search
+            sweep = {}
+            for ef in (40, 100, 200, 400):
+                flows.ef_search = ef
+                recalls, seconds = [], []
+                for q in qvecs:
+                    exact = set(np.argsort(-(vectors[:size] @ q), kind="stable")[:10].tolist())
+                    start = time.perf_counter()
+                    hits = store.vector_search(scope, None, q, 10)
+                    seconds.append(time.perf_counter() - start)
+                    recalls.append(len({id_at[row.id] for row, _ in hits} & exact) / 10)
+                sweep[str(ef)] = {"recall": round(float(np.mean(recalls)), 4), **_lat(seconds)}
+            flows.ef_search = default
+            out["ef_search_sweep"] = sweep
     return out
 
 

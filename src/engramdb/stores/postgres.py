@@ -116,7 +116,7 @@ class _Q:
     """One statement of a flow; the flow receives what ``fetch`` asks for."""
 
     sql: str
-    params: Sequence[Any] | None = None
+    params: Sequence[Any] | dict[str, Any] | None = None
     fetch: Literal["all", "one", "none", "rowcount"] = "all"
 
 
@@ -1461,14 +1461,29 @@ class _Flows:
         kw_keys, _ = cache.bm25.search(terms, n, allowed=allowed)
         linked: dict[int, list[tuple[str, int]]] = {}
         if entities:
-            owner = "" if scope.user_id is None else " AND e.owner = %s"
+            # Every link of a memory that can end up in the pool: memories of
+            # entities with at most n memories (the pool takes them), and the
+            # vector and keyword hits. An entity linked to thousands of memories
+            # is counted once, not listed whole.
+            owner = "" if scope.user_id is None else " AND e.owner = %(owner)s"
+            me = self.t("memory_entities")
             ents = yield _Q(
-                "SELECT me.memory_rowid, e.normalized, (SELECT count(*) FROM "
-                f"{self.t('memory_entities')} x WHERE x.entity_rowid = e.rowid) FROM "
-                f"{self.t('entities')} e JOIN {self.t('memory_entities')} me ON "
-                f"me.entity_rowid = e.rowid WHERE e.normalized = ANY(%s){owner} "
-                "ORDER BY e.rowid, me.memory_rowid",
-                [list(entities), *([scope.owner] if scope.user_id is not None else [])],
+                f"WITH q AS (SELECT e.rowid, e.normalized FROM {self.t('entities')} e "
+                f"WHERE e.normalized = ANY(%(names)s){owner}), "
+                f"d AS (SELECT q.rowid, q.normalized, (SELECT count(*) FROM {me} x "
+                "WHERE x.entity_rowid = q.rowid) AS degree FROM q), "
+                f"small AS (SELECT l.memory_rowid FROM {me} l JOIN d ON d.rowid = l.entity_rowid "
+                "WHERE d.degree <= %(n)s) "
+                f"SELECT l.memory_rowid, d.normalized, d.degree FROM d JOIN {me} l ON "
+                "l.entity_rowid = d.rowid WHERE d.degree <= %(n)s OR l.memory_rowid = "
+                "ANY(%(hits)s) OR l.memory_rowid IN (SELECT memory_rowid FROM small) "
+                'ORDER BY d.normalized COLLATE "C", d.rowid, l.memory_rowid',
+                {
+                    "names": list(entities),
+                    "owner": scope.owner,
+                    "n": n,
+                    "hits": sorted(set(sem_keys) | {int(x) for x in kw_keys.tolist()}),
+                },
             )
             for mrow, name, degree in ents:
                 linked.setdefault(int(mrow), []).append((name, int(degree)))
