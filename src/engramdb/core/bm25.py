@@ -41,7 +41,8 @@ class BM25Index:
         self._keys: list[int] = []
         self._doc_terms: list[dict[str, int] | None] = []  # None = removed
         self._lengths: list[int] = []
-        self._postings: dict[str, list[int]] = {}  # term -> rows (may hold dead rows)
+        # term -> (rows, term frequencies), appended in step; may hold dead rows
+        self._postings: dict[str, tuple[list[int], list[int]]] = {}
         self._df: dict[str, int] = {}  # live documents per term
         self._total_len = 0
         self._live = 0
@@ -49,6 +50,7 @@ class BM25Index:
         self._arrays: dict[str, tuple[npt.NDArray[np.int64], Scores]] = {}
         self._lengths_arr: Scores | None = None
         self._keys_arr: Keys | None = None
+        self._alive_arr: npt.NDArray[np.bool_] | None = None
 
     def __len__(self) -> int:
         """Number of live documents."""
@@ -71,8 +73,10 @@ class BM25Index:
                 self._lengths.append(len(terms))
                 self._total_len += len(terms)
                 self._live += 1
-                for term in counts:
-                    self._postings.setdefault(term, []).append(row)
+                for term, tf in counts.items():
+                    rows, tfs = self._postings.setdefault(term, ([], []))
+                    rows.append(row)
+                    tfs.append(tf)
                     self._df[term] = self._df.get(term, 0) + 1
                     self._arrays.pop(term, None)
             self._lengths_arr = None
@@ -91,6 +95,8 @@ class BM25Index:
                     self._df[term] -= 1
                     self._arrays.pop(term, None)
                 self._doc_terms[row] = None
+                if self._alive_arr is not None and row < self._alive_arr.size:
+                    self._alive_arr[row] = False
                 self._total_len -= self._lengths[row]
                 self._live -= 1
                 self._dead += 1
@@ -111,12 +117,21 @@ class BM25Index:
     def _postings_of(self, term: str) -> tuple[npt.NDArray[np.int64], Scores]:
         cached = self._arrays.get(term)
         if cached is None:
-            rows = [r for r in self._postings.get(term, ()) if self._doc_terms[r] is not None]
-            self._postings[term] = rows
-            tfs = [self._doc_terms[r][term] for r in rows]  # type: ignore[index]
-            cached = (np.array(rows, dtype=np.int64), np.array(tfs, dtype=np.float32))
+            rows_list, tfs_list = self._postings.get(term, ([], []))
+            rows = np.array(rows_list, dtype=np.int64)
+            tfs = np.array(tfs_list, dtype=np.float32)
+            live = self._alive_array()[rows]
+            if not live.all():
+                rows, tfs = rows[live], tfs[live]
+                self._postings[term] = (rows.tolist(), tfs.astype(np.int64).tolist())
+            cached = (rows, tfs)
             self._arrays[term] = cached
         return cached
+
+    def _alive_array(self) -> npt.NDArray[np.bool_]:
+        if self._alive_arr is None or self._alive_arr.size != len(self._doc_terms):
+            self._alive_arr = np.array([d is not None for d in self._doc_terms], dtype=bool)
+        return self._alive_arr
 
     def search(
         self,

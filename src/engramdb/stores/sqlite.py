@@ -83,17 +83,24 @@ def _live_clause(now: str) -> tuple[str, list[Any]]:
 
 
 def _scope_clause(scope: Scope) -> tuple[str, list[Any]]:
-    """SQL over alias ``m`` matching every id of ``scope`` (attached sessions count)."""
+    """SQL over alias ``m`` matching every id of ``scope`` (attached sessions count).
+
+    Written so SQLite's planner drives from the narrowest id: a run or agent
+    id becomes a rowid set (its own rows plus attached sessions), and with
+    more than one id the user condition is kept off its index (unary ``+``),
+    which would otherwise make SQLite read every memory of the user.
+    """
     parts: list[str] = []
     params: list[Any] = []
+    several = len(scope.items()) > 1
     for kind, value in scope.items():
         if kind == "user_id":
-            parts.append("m.user_id = ?")
+            parts.append("+m.user_id = ?" if several else "m.user_id = ?")
             params.append(value)
         else:
             parts.append(
-                f"(m.{kind} = ? OR EXISTS (SELECT 1 FROM memory_scope s WHERE "
-                "s.memory_rowid = m.rowid AND s.kind = ? AND s.value = ?))"
+                f"m.rowid IN (SELECT rowid FROM memories WHERE {kind} = ? UNION ALL "
+                "SELECT memory_rowid FROM memory_scope WHERE kind = ? AND value = ?)"
             )
             params.extend([value, kind, value])
     return " AND ".join(parts) or "1", params
@@ -1330,8 +1337,10 @@ class SQLiteStore:
     ) -> dict[int, MemoryRow]:
         found: dict[int, MemoryRow] = {}
         for chunk in _chunks([int(x) for x in keys], 500):
+            # NOT INDEXED: look the rows up by rowid; without statistics SQLite
+            # would otherwise scan the scope's index for the other conditions.
             raw = con.execute(
-                f"SELECT {_COLS} FROM memories m WHERE m.rowid IN "
+                f"SELECT {_COLS} FROM memories m NOT INDEXED WHERE m.rowid IN "
                 f"({','.join('?' * len(chunk))}) AND {sql}",
                 [*chunk, *params],
             ).fetchall()
