@@ -193,6 +193,7 @@ def run(
 
     if requests < 1 or seed < 1 or not concurrency or min(concurrency) < 1:
         raise ValueError("requests, seed and every concurrency level must be at least 1")
+    load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="engram-bench-serve-") as tmp:
         keys = KeyStore(Path(tmp) / "keys.db")
         key = keys.create(user_id="bench", name="bench serve").key
@@ -243,6 +244,9 @@ def run(
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            # Other work on the machine shares the cores with server and clients.
+            "load_avg_start": [round(x, 2) for x in load_start],
+            "load_avg_end": [round(x, 2) for x in os.getloadavg()],
         },
         "engine": engine,
         "requests_per_level": requests,
@@ -279,3 +283,8 @@ def print_report(result: dict[str, Any]) -> None:
                 str(row["errors"]),
             )
     Console(highlight=False).print(table)
+    load = result["machine"]["load_avg_start"][0], result["machine"]["load_avg_end"][0]
+    Console(highlight=False, stderr=True).print(
+        f"{result['machine']['cpus']} CPUs; load average {load[0]:.1f} at start, "
+        f"{load[1]:.1f} at end"
+    )
