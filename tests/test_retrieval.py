@@ -398,6 +398,26 @@ def test_reranker_failure_keeps_the_fused_order(db_path: Path, embedder: LocalEm
         assert "rerank" not in out[0]["explain"]
 
 
+def test_async_search_reranks_too(db_path: Path, embedder: LocalEmbedder) -> None:
+    import asyncio
+
+    from engramdb import AsyncMemory
+
+    llm = ScriptedLLM([{"scores": [{"id": 0, "score": 0}, {"id": 1, "score": 10}]}])
+    config = {"retrieval": {"rerank": {"pool": 5, "weight": 1.0}}}
+
+    async def main() -> list[dict[str, Any]]:
+        async with AsyncMemory(db_path, config=config, embedder=embedder, llm=llm) as am:
+            for text in ["I play the cello", "I hate broccoli"]:
+                await am.add(text, user_id="u", infer=False)
+            out = await am.search("cello", user_id="u", explain=True)
+            return list(out["results"])
+
+    results = asyncio.run(main())
+    assert results[0]["memory"] == "I hate broccoli"  # the grader's choice
+    assert results[0]["explain"]["rerank"] == 1.0
+
+
 def test_parse_rerank_shapes() -> None:
     assert parse_rerank('{"scores": [{"id": 1, "score": 7}, {"id": 0, "score": 2}]}', 3) == [
         0.2,

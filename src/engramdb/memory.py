@@ -235,6 +235,11 @@ def _import_record(n: int, line: str, same_model: bool, dim: int, limit: int) ->
     return rec
 
 
+def _actor_of(record: dict[str, Any]) -> str | None:
+    actor = record.get("actor_id")
+    return actor if isinstance(actor, str) else None
+
+
 def _ids(user_id: object, agent_id: object, run_id: object) -> dict[str, object]:
     return {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
 
@@ -474,7 +479,7 @@ class Memory(_Base):
         if stale:
             fusion = self.config.retrieval
             vecs = self.embedder.embed_documents(
-                [document_text(r["memory"], r.get("actor_id"), fusion) for r in stale]
+                [document_text(r["memory"], _actor_of(r), fusion) for r in stale]
             )
             for r, v in zip(stale, vecs, strict=True):
                 r["embedding"] = v
