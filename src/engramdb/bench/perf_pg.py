@@ -298,7 +298,7 @@ def _recall(b: _Backend, vectors: _Matrix, qvecs: _Matrix, size: int) -> dict[st
         out[label] = round(float(np.mean(recalls)), 4)
     if b.name == "postgres":
         out["plan_uses_hnsw"] = _uses_hnsw(b, qvecs[0])
-        # The recall/latency trade-off of hnsw.ef_search (the store's default is 100).
+        # The recall/latency trade-off of hnsw.ef_search (the store's default is 200).
         flows = getattr(store, "flows", None)
         if flows is not None:
             default = flows.ef_search

@@ -136,7 +136,7 @@ def make_store(provider: str, config: Mapping[str, Any], default_path: Path) -> 
             max_size=int(config.get("max_size", 10)),
             timeout=float(config.get("pool_timeout", 30.0)),
             max_cached_docs=int(config.get("max_cached_docs", 2_000_000)),
-            ef_search=int(config.get("ef_search", 100)),
+            ef_search=int(config.get("ef_search", 200)),
         )
     from engramdb.stores.sqlite import SQLiteStore
 

@@ -1687,7 +1687,7 @@ class PostgresStore:
         max_size: int = 10,
         timeout: float = 30.0,
         max_cached_docs: int = 2_000_000,
-        ef_search: int = 100,
+        ef_search: int = 200,
     ) -> None:
         """Open the store, creating and migrating its schema if needed."""
         if not schema or len(schema) > 63:
