@@ -80,6 +80,10 @@ def main() -> None:
                     gone = m.get_all(user_id=user, top_k=1)["results"]
                     if gone:
                         m.purge(gone[0]["id"])
+                if i == 0:
+                    # Tell the parent writes are flowing, so its kill lands mid-write
+                    # however long the start took on a loaded machine.
+                    print("ready", flush=True)
             else:
                 # concurrency: a shared pool of texts, so processes repeat each other
                 text = f"{rng.choice(STEMS)} #shared-{rng.randrange(count)}"

@@ -96,11 +96,14 @@ def test_sigkill_at_random_points_leaves_no_partial_writes(
     for round_ in range(25):
         proc = subprocess.Popen(
             [sys.executable, WRITER, str(db), "crash", str(round_), "100000"],
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        # first rounds need time for the model load; later ones die mid-write
-        time.sleep(rng.uniform(0.8, 1.6) if round_ == 0 else rng.uniform(0.3, 1.0))
+        # wait until the child is writing (its start may be slow under load), then
+        # kill it at a random point of its write loop
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"ready\n", proc.stderr.read().decode()  # type: ignore[union-attr]
+        time.sleep(rng.uniform(0.0, 0.5))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1

@@ -1272,6 +1272,57 @@ def bench_locomo_retrieval(
     _note(f"wrote {out}" + (f" and {plot}" if plot else ""))
 
 
+@bench_app.command("perf")
+def bench_perf(
+    sizes: Annotated[
+        str, typer.Option(metavar="LIST", help="Memories in the search scope, comma-separated.")
+    ] = "1000,10000,100000",
+    store: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="postgresql://… : measure PostgreSQL beside SQLite (with HNSW recall@10).",
+        ),
+    ] = None,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="LoCoMo-format JSON (default: $ENGRAM_LOCOMO, else ../shared/data/locomo).",
+            dir_okay=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes, few repeats.")] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Add throughput, search latency, disk and memory at growing store sizes."""
+    try:
+        levels = [int(c) for c in sizes.split(",") if c.strip()]
+    except ValueError:
+        raise typer.BadParameter("numbers like 1000,10000", param_hint="--sizes") from None
+    echo = _note if json_out else _say
+    with _expected_errors():
+        try:
+            if store is not None:
+                from engramdb.bench import perf_pg
+
+                report = perf_pg.run(store, sizes=levels, data=data, echo=echo)
+                echo(perf_pg.format_report(report))
+                if out is not None:
+                    out.write_text(json.dumps(report, indent=2, default=str))
+            else:
+                from engramdb.bench import perf
+
+                report = perf.run(None if quick else levels, out, quick, data=data, echo=echo)
+        except (FileNotFoundError, ValueError) as exc:
+            _fail(str(exc))
+    if json_out:
+        _print_json(report)
+
+
 @bench_app.command("pipeline")
 def bench_pipeline(
     adds: Annotated[
