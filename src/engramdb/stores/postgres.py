@@ -64,7 +64,14 @@ from engramdb.errors import (
     SchemaVersionError,
     StoreError,
     ValidationError,
-    VersionNotFoundError,
+)
+from engramdb.stores._history import (
+    attach_event,
+    delete_event,
+    plan_from_history,
+    restore_event,
+    restore_target,
+    update_event,
 )
 from engramdb.stores.base import (
     AddOutcome,
@@ -680,18 +687,7 @@ class _Flows:
             (rowid,),
             fetch="none",
         )
-        event = HistoryEvent(
-            memory_id=memory_id,
-            event="ATTACH",
-            version=int(version),
-            old_memory=text,
-            new_memory=text,
-            old_metadata=None,
-            new_metadata=None,
-            actor=actor,
-            reason="seen again in " + ", ".join(attached),
-            created_at=_iso(ts) or "",
-        )
+        event = attach_event(memory_id, text, int(version), attached, actor, _iso(ts) or "")
         yield from self.insert_history(event)
         return AddOutcome(memory_id, text, "NONE", event)
 
@@ -819,37 +815,11 @@ class _Flows:
             version=old.version + 1,
             ts=ts,
         )
-        event = HistoryEvent(
-            memory_id=memory_id,
-            event="UPDATE",
-            version=old.version + 1,
-            old_memory=old.text,
-            new_memory=text,
-            old_metadata=old.metadata,
-            new_metadata=metadata,
-            actor=actor,
-            reason=reason,
-            created_at=_iso(ts) or "",
-        )
+        event = update_event(old, text, metadata, actor, reason, _iso(ts) or "")
         yield from self.insert_history(event)
         new = yield from self.get(memory_id, include_deleted=False)
         assert new is not None
         return new, event
-
-    @staticmethod
-    def deleted_event(row: MemoryRow, actor: str, reason: str | None, now: str) -> HistoryEvent:
-        return HistoryEvent(
-            memory_id=row.id,
-            event="DELETE",
-            version=row.version,
-            old_memory=row.text,
-            new_memory=None,
-            old_metadata=row.metadata,
-            new_metadata=None,
-            actor=actor,
-            reason=reason,
-            created_at=now,
-        )
 
     def delete(
         self, memory_id: str, actor: str, reason: str | None
@@ -863,7 +833,7 @@ class _Flows:
             (ts, memory_id),
             fetch="none",
         )
-        event = self.deleted_event(row, actor, reason, now)
+        event = delete_event(row, actor, reason, now)
         yield from self.insert_history(event)
         row.deleted_at = now
         return row, event
@@ -889,7 +859,7 @@ class _Flows:
         )
         events: list[HistoryEvent] = []
         for row in hydrated:
-            event = self.deleted_event(row, actor, "delete_all", now)
+            event = delete_event(row, actor, "delete_all", now)
             yield from self.insert_history(event)
             events.append(event)
         return events
@@ -898,38 +868,10 @@ class _Flows:
         row = yield from self.get(memory_id, include_deleted=True)
         if row is None:
             raise MemoryNotFoundError(memory_id)
-        deleted = row.deleted_at is not None
-        if version is None:
-            if deleted:
-                return RestorePlan(memory_id, row.version, True, row.text, row.metadata, None)
-            version = row.version - 1
-            if version < 1:
-                raise VersionNotFoundError(
-                    f"memory {memory_id!r} is at its first version and not deleted; "
-                    "there is nothing to restore"
-                )
-        if not 1 <= version <= row.version:
-            raise VersionNotFoundError(
-                f"memory {memory_id!r} has versions 1 to {row.version}; "
-                f"version {version} does not exist"
-            )
-        if version == row.version:
-            if not deleted:
-                raise VersionNotFoundError(f"memory {memory_id!r} is already at version {version}")
-            return RestorePlan(memory_id, row.version, True, row.text, row.metadata, None)
-        for event in (yield from self.history(memory_id)):
-            if event.version == version and event.new_memory is not None:
-                return RestorePlan(
-                    memory_id,
-                    row.version,
-                    deleted,
-                    event.new_memory,
-                    event.new_metadata or {},
-                    version,
-                )
-        raise VersionNotFoundError(
-            f"the history of memory {memory_id!r} holds no content for version {version}"
-        )
+        target = restore_target(row, version)
+        if isinstance(target, RestorePlan):
+            return target
+        return plan_from_history(row, target, (yield from self.history(memory_id)))
 
     def apply_restore(
         self,
@@ -964,21 +906,7 @@ class _Flows:
             version=new_version,
             ts=ts,
         )
-        reason = f"restored version {plan.to_version}" if plan.to_version is not None else None
-        if plan.undelete:
-            reason = "undeleted" + (f", {reason}" if reason else "")
-        event = HistoryEvent(
-            memory_id=plan.memory_id,
-            event="RESTORE",
-            version=new_version,
-            old_memory=None if plan.undelete else old.text,
-            new_memory=plan.text,
-            old_metadata=None if plan.undelete else old.metadata,
-            new_metadata=plan.metadata,
-            actor=actor,
-            reason=reason,
-            created_at=_iso(ts) or "",
-        )
+        event = restore_event(plan, old, new_version, actor, _iso(ts) or "")
         yield from self.insert_history(event)
         new = yield from self.get(plan.memory_id, include_deleted=False)
         assert new is not None

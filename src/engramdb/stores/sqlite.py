@@ -41,7 +41,14 @@ from engramdb.errors import (
     MemoryNotFoundError,
     SchemaVersionError,
     StoreError,
-    VersionNotFoundError,
+)
+from engramdb.stores._history import (
+    attach_event,
+    delete_event,
+    plan_from_history,
+    restore_event,
+    restore_target,
+    update_event,
 )
 from engramdb.stores.base import (
     AddOutcome,
@@ -500,18 +507,7 @@ class SQLiteStore:
             return AddOutcome(memory_id, text, "NONE", None)
         con.execute("UPDATE memories SET seq = ? WHERE rowid = ?", (seq, rowid))
         version = con.execute("SELECT version FROM memories WHERE rowid = ?", (rowid,)).fetchone()
-        event = HistoryEvent(
-            memory_id=memory_id,
-            event="ATTACH",
-            version=int(version[0]),
-            old_memory=text,
-            new_memory=text,
-            old_metadata=None,
-            new_metadata=None,
-            actor=actor,
-            reason="seen again in " + ", ".join(attached),
-            created_at=now,
-        )
+        event = attach_event(memory_id, text, int(version[0]), attached, actor, now)
         self._insert_history(con, event)
         return AddOutcome(memory_id, text, "NONE", event)
 
@@ -663,18 +659,7 @@ class SQLiteStore:
                 seq=seq,
                 now=now,
             )
-            event = HistoryEvent(
-                memory_id=memory_id,
-                event="UPDATE",
-                version=old.version + 1,
-                old_memory=old.text,
-                new_memory=text,
-                old_metadata=old.metadata,
-                new_metadata=metadata,
-                actor=actor,
-                reason=reason,
-                created_at=now,
-            )
+            event = update_event(old, text, metadata, actor, reason, now)
             with self._translate():
                 self._insert_history(con, event)
                 new = self._live_row(con, memory_id)
@@ -691,25 +676,10 @@ class SQLiteStore:
             con.execute(
                 "UPDATE memories SET deleted_at = ?, seq = ? WHERE id = ?", (now, seq, memory_id)
             )
-            event = self._deleted_event(row, actor, reason, now)
+            event = delete_event(row, actor, reason, now)
             self._insert_history(con, event)
         row.deleted_at = now
         return row, event
-
-    @staticmethod
-    def _deleted_event(row: MemoryRow, actor: str, reason: str | None, now: str) -> HistoryEvent:
-        return HistoryEvent(
-            memory_id=row.id,
-            event="DELETE",
-            version=row.version,
-            old_memory=row.text,
-            new_memory=None,
-            old_metadata=row.metadata,
-            new_metadata=None,
-            actor=actor,
-            reason=reason,
-            created_at=now,
-        )
 
     def delete_scope(self, scope: Scope, *, actor: str) -> list[HistoryEvent]:
         """Soft-delete every live memory matching all ids of ``scope``."""
@@ -728,7 +698,7 @@ class SQLiteStore:
                 con.execute(
                     "UPDATE memories SET deleted_at = ?, seq = ? WHERE id = ?", (now, seq, row.id)
                 )
-                event = self._deleted_event(row, actor, "delete_all", now)
+                event = delete_event(row, actor, "delete_all", now)
                 self._insert_history(con, event)
                 events.append(event)
         return events
@@ -738,38 +708,10 @@ class SQLiteStore:
         row = self.get(memory_id, include_deleted=True)
         if row is None:
             raise MemoryNotFoundError(memory_id)
-        deleted = row.deleted_at is not None
-        if version is None:
-            if deleted:
-                return RestorePlan(memory_id, row.version, True, row.text, row.metadata, None)
-            version = row.version - 1
-            if version < 1:
-                raise VersionNotFoundError(
-                    f"memory {memory_id!r} is at its first version and not deleted; "
-                    "there is nothing to restore"
-                )
-        if not 1 <= version <= row.version:
-            raise VersionNotFoundError(
-                f"memory {memory_id!r} has versions 1 to {row.version}; "
-                f"version {version} does not exist"
-            )
-        if version == row.version:
-            if not deleted:
-                raise VersionNotFoundError(f"memory {memory_id!r} is already at version {version}")
-            return RestorePlan(memory_id, row.version, True, row.text, row.metadata, None)
-        for event in self.history(memory_id):
-            if event.version == version and event.new_memory is not None:
-                return RestorePlan(
-                    memory_id,
-                    row.version,
-                    deleted,
-                    event.new_memory,
-                    event.new_metadata or {},
-                    version,
-                )
-        raise VersionNotFoundError(
-            f"the history of memory {memory_id!r} holds no content for version {version}"
-        )
+        target = restore_target(row, version)
+        if isinstance(target, RestorePlan):
+            return target
+        return plan_from_history(row, target, self.history(memory_id))
 
     def apply_restore(
         self,
@@ -813,21 +755,7 @@ class SQLiteStore:
                 seq=seq,
                 now=now,
             )
-            reason = f"restored version {plan.to_version}" if plan.to_version is not None else None
-            if plan.undelete:
-                reason = "undeleted" + (f", {reason}" if reason else "")
-            event = HistoryEvent(
-                memory_id=plan.memory_id,
-                event="RESTORE",
-                version=new_version,
-                old_memory=None if plan.undelete else old.text,
-                new_memory=plan.text,
-                old_metadata=None if plan.undelete else old.metadata,
-                new_metadata=plan.metadata,
-                actor=actor,
-                reason=reason,
-                created_at=now,
-            )
+            event = restore_event(plan, old, new_version, actor, now)
             with self._translate():
                 self._insert_history(con, event)
                 new = self._live_row(con, plan.memory_id)

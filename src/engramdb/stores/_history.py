@@ -1,0 +1,142 @@
+"""History logic every backend shares.
+
+Which version a restore brings back, and the event each change writes:
+pure functions, so the stores only persist them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engramdb.errors import VersionNotFoundError
+from engramdb.stores.base import HistoryEvent, MemoryRow, RestorePlan
+
+__all__ = [
+    "attach_event",
+    "delete_event",
+    "plan_from_history",
+    "restore_event",
+    "restore_target",
+    "update_event",
+]
+
+
+def restore_target(row: MemoryRow, version: int | None) -> RestorePlan | int:
+    """A plain undelete's plan, or the version whose content the history must supply.
+
+    ``version=None`` undeletes a deleted memory, else goes back one version.
+    """
+    deleted = row.deleted_at is not None
+    if version is None:
+        if deleted:
+            return RestorePlan(row.id, row.version, True, row.text, row.metadata, None)
+        version = row.version - 1
+        if version < 1:
+            raise VersionNotFoundError(
+                f"memory {row.id!r} is at its first version and not deleted; "
+                "there is nothing to restore"
+            )
+    if not 1 <= version <= row.version:
+        raise VersionNotFoundError(
+            f"memory {row.id!r} has versions 1 to {row.version}; version {version} does not exist"
+        )
+    if version == row.version:
+        if not deleted:
+            raise VersionNotFoundError(f"memory {row.id!r} is already at version {version}")
+        return RestorePlan(row.id, row.version, True, row.text, row.metadata, None)
+    return version
+
+
+def plan_from_history(row: MemoryRow, version: int, events: list[HistoryEvent]) -> RestorePlan:
+    """The plan that brings back ``version``'s text and metadata (undeleting too)."""
+    for event in events:
+        if event.version == version and event.new_memory is not None:
+            return RestorePlan(
+                row.id,
+                row.version,
+                row.deleted_at is not None,
+                event.new_memory,
+                event.new_metadata or {},
+                version,
+            )
+    raise VersionNotFoundError(
+        f"the history of memory {row.id!r} holds no content for version {version}"
+    )
+
+
+def update_event(
+    old: MemoryRow,
+    text: str,
+    metadata: dict[str, Any],
+    actor: str,
+    reason: str | None,
+    now: str,
+) -> HistoryEvent:
+    """The UPDATE event of a change of text and/or metadata (one version up)."""
+    return HistoryEvent(
+        memory_id=old.id,
+        event="UPDATE",
+        version=old.version + 1,
+        old_memory=old.text,
+        new_memory=text,
+        old_metadata=old.metadata,
+        new_metadata=metadata,
+        actor=actor,
+        reason=reason,
+        created_at=now,
+    )
+
+
+def delete_event(row: MemoryRow, actor: str, reason: str | None, now: str) -> HistoryEvent:
+    """The DELETE event of a soft delete (the version does not change)."""
+    return HistoryEvent(
+        memory_id=row.id,
+        event="DELETE",
+        version=row.version,
+        old_memory=row.text,
+        new_memory=None,
+        old_metadata=row.metadata,
+        new_metadata=None,
+        actor=actor,
+        reason=reason,
+        created_at=now,
+    )
+
+
+def restore_event(
+    plan: RestorePlan, old: MemoryRow, new_version: int, actor: str, now: str
+) -> HistoryEvent:
+    """The RESTORE event of a planned restore."""
+    reason = f"restored version {plan.to_version}" if plan.to_version is not None else None
+    if plan.undelete:
+        reason = "undeleted" + (f", {reason}" if reason else "")
+    return HistoryEvent(
+        memory_id=plan.memory_id,
+        event="RESTORE",
+        version=new_version,
+        old_memory=None if plan.undelete else old.text,
+        new_memory=plan.text,
+        old_metadata=None if plan.undelete else old.metadata,
+        new_metadata=plan.metadata,
+        actor=actor,
+        reason=reason,
+        created_at=now,
+    )
+
+
+def attach_event(
+    memory_id: str, text: str, version: int, attached: list[str], actor: str, now: str
+) -> HistoryEvent:
+    """The ATTACH event of a repeat seen in new sessions (``attached``: ``kind=value``)."""
+    return HistoryEvent(
+        memory_id=memory_id,
+        event="ATTACH",
+        version=version,
+        old_memory=text,
+        new_memory=text,
+        old_metadata=None,
+        new_metadata=None,
+        actor=actor,
+        reason="seen again in " + ", ".join(attached),
+        created_at=now,
+    )
