@@ -14,6 +14,7 @@ import email.utils
 import functools
 import json
 import math
+import os
 import random
 import re
 import ssl
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import httpx
+
+from engramdb.errors import ConfigError
 
 __all__ = [
     "LoopClients",
@@ -256,3 +259,53 @@ class LoopClients(Generic[_C]):
                 if self._clients.get(loop, (None,))[0] is client:
                     del self._clients[loop]
             await self._closer(client)
+
+
+def resolve_base_url(
+    kind: str,
+    provider: str,
+    given: Mapping[str, object],
+    *,
+    default: str | None,
+    env_allowed: bool,
+) -> str:
+    """The base URL of an OpenAI-compatible server, from config, env or the default.
+
+    ``kind`` ("llm" or "embedder") names the config section in messages;
+    ``given`` maps option names (``base_url``, ``openai_base_url``, …) to
+    values, ``None`` for unset; ``OPENAI_BASE_URL`` is read only when
+    ``env_allowed`` (never for local servers, which must not receive an
+    OpenAI setting meant for another provider).
+    """
+    named = {key: value for key, value in given.items() if value is not None}
+    for key, value in named.items():
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{kind} option {key!r} must be a URL string, got {value!r}")
+    if len({str(v).strip().rstrip("/") for v in named.values()}) > 1:
+        raise ConfigError(
+            f"conflicting {kind} base URLs: "
+            + ", ".join(f"{key}={value!r}" for key, value in named.items())
+            + "; set only one"
+        )
+    url = str(next(iter(named.values()))) if named else None
+    if url is None and env_allowed:
+        url = os.environ.get("OPENAI_BASE_URL") or None
+    if url is None:
+        url = default
+    if url is None:
+        raise ConfigError(
+            f"{kind} provider {provider!r} needs base_url (the server's /v1 root, e.g. "
+            "http://localhost:8000/v1) or the OPENAI_BASE_URL environment variable"
+        )
+    url = url.strip().rstrip("/")
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"{kind} base_url {url!r} is not a valid URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(f"{kind} base_url {url!r} must be an http:// or https:// URL with a host")
+    # mem0's ollama_base_url is the bare server address (its Ollama client adds
+    # paths itself); the OpenAI-compatible API lives under /v1.
+    if provider == "ollama" and parsed.path in ("", "/"):
+        url += "/v1"
+    return url

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from engramdb._http import resolve_base_url
 from engramdb.embedders.base import Vector, Vectors
 from engramdb.errors import ConfigError, EmbedderError
 
@@ -289,40 +290,13 @@ def _unit_rows(rows: Vectors) -> Vectors:
 
 
 def _resolve_base_url(provider: str, candidates: Mapping[str, str | None]) -> str:
-    given = {name: value for name, value in candidates.items() if value is not None}
-    for name, value in given.items():
-        if not isinstance(value, str):
-            raise ConfigError(f"embedder option {name!r} must be a URL string, got {value!r}")
-    if len(set(given.values())) > 1:
-        raise ConfigError(
-            "conflicting embedder base URLs: "
-            + ", ".join(f"{name}={value!r}" for name, value in given.items())
-            + "; set only one"
-        )
-    url: str | None = next(iter(given.values()), None)
-    if url is None and provider in _ENV_PROVIDERS:
-        url = os.environ.get("OPENAI_BASE_URL") or None
-    if url is None:
-        url = DEFAULT_BASE_URLS[provider]
-    if url is None:
-        raise ConfigError(
-            f"embedder provider {provider!r} needs base_url (e.g. http://host:port/v1), "
-            "or the OPENAI_BASE_URL environment variable"
-        )
-    url = url.strip().rstrip("/")
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise ConfigError(f"embedder base_url {url!r} is not a valid URL: {exc}") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ConfigError(
-            f"embedder base_url {url!r} must be an http:// or https:// URL with a host"
-        )
-    # mem0's ollama_base_url is the bare server address (its Ollama client
-    # adds the path); the OpenAI-compatible API lives under /v1.
-    if provider == "ollama" and parsed.path in ("", "/"):
-        url += "/v1"
-    return url
+    return resolve_base_url(
+        "embedder",
+        provider,
+        candidates,
+        default=DEFAULT_BASE_URLS[provider],
+        env_allowed=provider in _ENV_PROVIDERS,
+    )
 
 
 def _positive_int(name: str, value: object) -> int:

@@ -35,6 +35,7 @@ from engramdb._http import (
     parse_retry_after,
     redact,
     redact_url,
+    resolve_base_url,
     server_message,
     shared_ssl_context,
 )
@@ -140,38 +141,13 @@ _STRUCTURED_OPTIONS = tuple(_FORCED_MODES)
 
 
 def _resolve_base_url(provider: str, given: Mapping[str, object]) -> str:
-    named = {key: value for key, value in given.items() if value is not None}
-    for key, value in named.items():
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"llm option {key!r} must be a URL string, got {value!r}")
-    if len({str(v).strip().rstrip("/") for v in named.values()}) > 1:
-        raise ConfigError(
-            "conflicting llm base URLs: "
-            + ", ".join(f"{key}={value!r}" for key, value in named.items())
-            + "; set only one"
-        )
-    url = str(next(iter(named.values()))) if named else None
-    if url is None and provider in _BASE_URL_ENV_PROVIDERS:
-        url = os.environ.get("OPENAI_BASE_URL") or None
-    if url is None:
-        url = DEFAULT_BASE_URLS[provider]
-    if url is None:
-        raise ConfigError(
-            f"llm provider {provider!r} needs base_url (the server's /v1 root, e.g. "
-            "http://localhost:8000/v1) or the OPENAI_BASE_URL environment variable"
-        )
-    url = url.strip().rstrip("/")
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise ConfigError(f"llm base_url {url!r} is not a valid URL: {exc}") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ConfigError(f"llm base_url {url!r} must be an http:// or https:// URL with a host")
-    # mem0's ollama_base_url is the bare server address (its Ollama client
-    # adds paths itself); the OpenAI-compatible API lives under /v1.
-    if provider == "ollama" and parsed.path in ("", "/"):
-        url += "/v1"
-    return url
+    return resolve_base_url(
+        "llm",
+        provider,
+        given,
+        default=DEFAULT_BASE_URLS[provider],
+        env_allowed=provider in _BASE_URL_ENV_PROVIDERS,
+    )
 
 
 # --------------------------------------------------------- the client
