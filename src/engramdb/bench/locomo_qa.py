@@ -57,7 +57,6 @@ from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from engramdb import __version__
@@ -68,6 +67,7 @@ from engramdb.embedders import Embedder, make_embedder
 from engramdb.errors import ConfigError, EngramError, ExtractionError, ReplyFormatError
 from engramdb.extract.repair import repair_json, strip_reasoning
 from engramdb.llms import LLM, Completion, Usage, llm_from_env, make_llm, parse_llm_spec
+from engramdb.llms.base import ClosingMixin
 from engramdb.memory import Memory
 
 __all__ = [
@@ -121,7 +121,7 @@ def _key(model: str, payload: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class CachedLLM:
+class CachedLLM(ClosingMixin):
     """An :class:`~engramdb.llms.LLM` that answers repeated calls from a disk cache.
 
     The key is the SHA-256 of the model name, the messages, the schema and
@@ -318,17 +318,6 @@ class CachedLLM:
     async def aclose(self) -> None:
         """Close the wrapped LLM."""
         await self.inner.aclose()
-
-    def __enter__(self) -> CachedLLM:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class _Counted:

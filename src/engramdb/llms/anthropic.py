@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections.abc import Mapping
-from types import ModuleType, TracebackType
+from types import ModuleType
 from typing import Any
 
 from engramdb._http import LoopClients, redact, redact_url, snippet
@@ -34,6 +34,7 @@ from engramdb.errors import (
 )
 from engramdb.llms._options import headers_option, optional_int, optional_number, secrets_of
 from engramdb.llms.base import (
+    ClosingMixin,
     Completion,
     StructuredMode,
     Usage,
@@ -263,7 +264,7 @@ def parse_anthropic_message(
 # --------------------------------------------------------------- client
 
 
-class AnthropicLLM:
+class AnthropicLLM(ClosingMixin):
     """Claude models through the ``anthropic`` SDK (the ``anthropic`` extra).
 
     Thread-safe and usable from asyncio. Structured output uses a forced
@@ -466,28 +467,6 @@ class AnthropicLLM:
         """Close the running loop's async connections and the sync ones."""
         await self._aclients.aclose()
         self.close()
-
-    def __enter__(self) -> AnthropicLLM:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> AnthropicLLM:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"AnthropicLLM(model={self._model_name!r}, base_url={self._base_url!r})"

@@ -12,13 +12,14 @@ import json
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, Self, runtime_checkable
 
 from engramdb.errors import MessagesError
 
 __all__ = [
     "LLM",
     "STRUCTURED_MODES",
+    "ClosingMixin",
     "Completion",
     "StructuredMode",
     "Usage",
@@ -110,6 +111,29 @@ class LLM(Protocol):
     async def aclose(self) -> None:
         """Release all connections, those of asynchronous calls included."""
         ...
+
+
+class ClosingMixin:
+    """``with`` / ``async with`` for a client that has ``close()`` and ``aclose()``."""
+
+    def close(self) -> None:
+        """Release connections held for synchronous calls."""
+
+    async def aclose(self) -> None:
+        """Release every connection."""
+        self.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 class UsageCounter:

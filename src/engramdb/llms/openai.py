@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -49,6 +48,7 @@ from engramdb.errors import (
 from engramdb.llms._options import headers_option, optional_int, optional_number, secrets_of
 from engramdb.llms.base import (
     STRUCTURED_MODES,
+    ClosingMixin,
     Completion,
     StructuredMode,
     UsageCounter,
@@ -180,7 +180,7 @@ _Step = _Post | _Sleep
 _Outcome = _Reply | _Failure
 
 
-class OpenAICompatibleLLM:
+class OpenAICompatibleLLM(ClosingMixin):
     """An LLM behind an OpenAI-compatible ``/v1/chat/completions`` endpoint.
 
     Retries timeouts, dropped connections, HTTP 408/409/429 and 5xx with
@@ -479,28 +479,6 @@ class OpenAICompatibleLLM:
         """Close the running loop's async connections and the sync ones."""
         await self._aclients.aclose()
         self.close()
-
-    def __enter__(self) -> OpenAICompatibleLLM:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> OpenAICompatibleLLM:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return (

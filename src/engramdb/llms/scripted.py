@@ -13,11 +13,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from engramdb.errors import LLMScriptError
-from engramdb.llms.base import Completion, Usage, UsageCounter, check_messages
+from engramdb.llms.base import ClosingMixin, Completion, Usage, UsageCounter, check_messages
 
 __all__ = ["ScriptEntry", "ScriptedCall", "ScriptedLLM"]
 
@@ -63,7 +62,7 @@ def _message_text(messages: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-class ScriptedLLM:
+class ScriptedLLM(ClosingMixin):
     """Replays ``responses`` in order, one per call, and records every call.
 
     Dict responses are JSON-encoded; a callable is called with the call's
@@ -196,17 +195,6 @@ class ScriptedLLM:
 
     async def aclose(self) -> None:
         """Nothing to release; present for the :class:`~engramdb.llms.LLM` protocol."""
-
-    def __enter__(self) -> ScriptedLLM:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"ScriptedLLM(model={self._model!r}, remaining={self.remaining})"
