@@ -14,12 +14,10 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from engramdb.core.filters import Node
 from engramdb.nlp import (
     detect_language,
     extract_entities,
@@ -29,7 +27,7 @@ from engramdb.nlp import (
 )
 from engramdb.nlp.stopwords import STOP_WORDS
 from engramdb.rerank import RerankConfig
-from engramdb.stores.base import Candidate, MemoryRow, Scope, Store
+from engramdb.stores.base import Candidate, MemoryRow
 
 __all__ = [
     "DENSE_ONLY",
@@ -38,9 +36,7 @@ __all__ = [
     "KEYWORD_ONLY",
     "FusionConfig",
     "Hit",
-    "HybridRetriever",
     "QueryPlan",
-    "Retriever",
     "apply_rerank",
     "document_terms",
     "document_text",
@@ -122,21 +118,6 @@ class QueryPlan:
     """Entity keys to look up: every 1-3-word window of the query, normalised."""
     names: frozenset[str] = frozenset()
     """The same keys as a set, for matching a memory's ``actor_id``."""
-
-
-class Retriever(Protocol):
-    """Finds and scores the memories of a scope for a query."""
-
-    def search(
-        self,
-        scope: Scope,
-        where: Node | None,
-        query: str,
-        query_vector: np.ndarray[Any, np.dtype[np.float32]],
-        k: int,
-    ) -> list[Hit]:
-        """The best ``k`` hits, best first."""
-        ...
 
 
 _WORD = re.compile(r"[^\W_]+(?:['\u2019\-][^\W_]+)*")
@@ -306,27 +287,3 @@ def apply_rerank(hits: list[Hit], grades: list[float], weight: float) -> list[Hi
     out.sort(key=lambda h: (-h.score, -h.explain["semantic"], h.row.id))
     return out
 
-
-class HybridRetriever:
-    """Semantic + BM25 + entity candidates, fused by one :class:`FusionConfig`."""
-
-    def __init__(self, store: Store, config: FusionConfig = HYBRID_WEIGHTED) -> None:
-        """Search ``store`` with the given fusion settings."""
-        self.store = store
-        self.config = config
-
-    def search(
-        self,
-        scope: Scope,
-        where: Node | None,
-        query: str,
-        query_vector: np.ndarray[Any, np.dtype[np.float32]],
-        k: int,
-    ) -> list[Hit]:
-        """The best ``k`` hits, best first (no reranking: that needs the LLM flow)."""
-        plan = plan_query(query, self.config)
-        pool = max(self.config.pool, k)
-        candidates = self.store.candidates(
-            scope, where, query_vector, plan.terms, plan.entities, pool
-        )
-        return fuse(candidates, self.config, plan)[:k]
