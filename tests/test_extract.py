@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engramdb.bench import _hostile as corpus
 from engramdb.errors import EngramError, LLMError, LLMResponseError, ReplyFormatError
 from engramdb.extract import (
     ADDITIVE_SCHEMA,
@@ -45,18 +42,6 @@ from engramdb.extract import (
 )
 from engramdb.extract.prompting import PROMPT_FILES
 
-
-def _load_corpus() -> ModuleType:
-    path = Path(__file__).parent / "data" / "hostile_replies.py"
-    spec = importlib.util.spec_from_file_location("hostile_replies", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["hostile_replies"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-corpus = _load_corpus()
 A, B, C, FOREIGN = corpus.A, corpus.B, corpus.C, corpus.FOREIGN
 
 UUID_A = "3d0c8a52-1b7e-4f0e-9a51-2f6f1c0b9a01"

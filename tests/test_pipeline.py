@@ -121,14 +121,22 @@ def test_dedup_within_batch_and_across_calls_and_sessions(
     assert [r["event"] for r in out["results"]] == ["ADD"]
     mid = out["results"][0]["id"]
     openai_server.reply(reply({"text": "Carol lives in Oslo", "attributed_to": "user"}))
-    again = pmem.add("Still in Oslo", user_id="carol", run_id="s2", agent_id="bot")
+    again = pmem.add("Still in Oslo", user_id="carol", run_id="s2")
     assert again["results"] == [{"id": mid, "memory": "Carol lives in Oslo", "event": "NONE"}]
     item = pmem.get(mid)
     assert item is not None
-    assert item["run_ids"] == ["s1", "s2"] and item["agent_ids"] == ["bot"]
+    assert item["run_ids"] == ["s1", "s2"] and "agent_ids" not in item
     assert [h["event"] for h in pmem.history(mid)] == ["ADD", "ATTACH"]
     assert len(pmem.get_all(user_id="carol")["results"]) == 1
     assert pmem.get_all(user_id="carol", run_id="s2")["results"][0]["id"] == mid
+    # An agent of carol's cannot see her agent-less memory: its repeat is a fresh
+    # add, exactly as if the memory were not there, and the LLM was not shown it.
+    openai_server.reply(reply({"text": "Carol lives in Oslo", "attributed_to": "user"}))
+    bot = pmem.add("Still in Oslo", user_id="carol", run_id="s3", agent_id="bot")
+    assert [r["event"] for r in bot["results"]] == ["ADD"]
+    assert bot["results"][0]["id"] != mid
+    assert mid not in user_prompt(openai_server.last)
+    assert pmem.get(mid)["run_ids"] == ["s1", "s2"]  # type: ignore[index]
 
 
 def test_observation_date_comes_from_messages(pmem: Memory, openai_server: WireServer) -> None:

@@ -164,22 +164,47 @@ def test_repeats_are_none_and_new_sessions_attach(store: Store) -> None:
     first = store.add([new("same fact")], [], Scope("u", run_id="r1"), "t")[0]
     again = store.add([new("same fact")], [], Scope("u", run_id="r1"), "t")[0]
     assert (again.event, again.id, again.history) == ("NONE", first.id, None)
-    attached = store.add([new("same fact")], [], Scope("u", "a2", "r2"), "t")[0]
+    attached = store.add([new("same fact")], [], Scope("u", run_id="r2"), "t")[0]
     assert attached.event == "NONE" and attached.id == first.id
     assert attached.history is not None and attached.history.event == "ATTACH"
-    assert attached.history.reason == "seen again in agent_id=a2, run_id=r2"
+    assert attached.history.reason == "seen again in run_id=r2"
     row = store.get(first.id)
-    assert row is not None and row.run_ids == ["r2"] and row.agent_ids == ["a2"]
+    assert row is not None and row.run_ids == ["r2"] and row.agent_ids == []
     # attached sessions are part of the scope
     assert [r.id for r in store.list_memories(Scope("u", run_id="r2"), None, limit=10)] == [
         first.id
     ]
-    assert [r.id for r in store.list_memories(Scope(agent_id="a2"), None, limit=10)] == [first.id]
+    # an agent of u cannot see u's agent-less memory: its repeat is a new memory,
+    # and the hidden one gets nothing attached
+    agent = store.add([new("same fact")], [], Scope("u", "a2", "r3"), "t")[0]
+    assert agent.event == "ADD" and agent.id != first.id
+    assert store.list_memories(Scope(agent_id="a2"), None, limit=10)[0].id == agent.id
     # another owner holds its own copy
     other = store.add([new("same fact")], [], Scope("v"), "t")[0]
-    assert other.event == "ADD" and other.id != first.id
-    assert store.count() == 2
+    assert other.event == "ADD" and other.id not in (first.id, agent.id)
+    assert store.count() == 3
     assert [e.event for e in store.history(first.id)] == ["ADD", "ATTACH"]
+    # u sees both of its copies; a repeat at u's level goes to its own partition's
+    again_u = store.add([new("same fact")], [], Scope("u", run_id="r4"), "t")[0]
+    assert again_u.id == first.id
+
+
+def test_a_wider_caller_dedups_against_what_it_sees(store: Store) -> None:
+    coach = store.add([new("likes tea")], [], Scope("u", "coach", "r1"), "t")[0]
+    # u (any agent) sees coach's memory: a repeat attaches the run there
+    wide = store.add([new("likes tea")], [], Scope("u", run_id="r2"), "t")[0]
+    assert (wide.event, wide.id) == ("NONE", coach.id)
+    assert wide.history is not None and wide.history.reason == "seen again in run_id=r2"
+    assert store.existing_hashes(Scope("u"), ["likes tea"]) == {"likes tea"}
+    # ...but a caller bound to another agent, or to one run, does not
+    assert store.existing_hashes(Scope("u", "doctor"), ["likes tea"]) == set()
+    assert store.existing_hashes(Scope("u", run_id="r9"), ["likes tea"]) == set()
+    bound = store.add(
+        [new("likes tea")], [], Scope("u", run_id="r9"), "t", visible=Scope("u", run_id="r9")
+    )[0]
+    assert bound.event == "ADD" and bound.id != coach.id
+    row = store.get(coach.id)
+    assert row is not None and row.run_ids == ["r2"]
 
 
 def test_repeat_within_one_batch_and_order_of_outcomes(store: Store) -> None:
@@ -190,16 +215,19 @@ def test_repeat_within_one_batch_and_order_of_outcomes(store: Store) -> None:
     assert out[2].id == out[0].id
 
 
-def test_owner_is_user_else_agent_else_run(store: Store) -> None:
+def test_dedup_matches_what_the_scope_lists(store: Store) -> None:
     a = store.add([new("x")], [], Scope(agent_id="a", run_id="r"), "t")[0]
     b = store.add([new("x")], [], Scope(agent_id="a", run_id="r2"), "t")[0]
     assert b.id == a.id and b.history is not None
+    # a run-only scope lists every memory of the run, so it repeats a's
     c = store.add([new("x")], [], Scope(run_id="r"), "t")[0]
-    assert c.event == "ADD" and c.id != a.id
-    assert store.existing_hashes("agent:a", ["x", "y"]) == {"x"}
-    assert store.existing_hashes("run:r", ["x"]) == {"x"}
-    assert store.existing_hashes("user:a", ["x"]) == set()
-    assert store.existing_hashes("agent:a", []) == set()
+    assert c.event == "NONE" and c.id == a.id
+    d = store.add([new("x")], [], Scope(run_id="r3"), "t")[0]
+    assert d.event == "ADD" and d.id != a.id
+    assert store.existing_hashes(Scope(agent_id="a"), ["x", "y"]) == {"x"}
+    assert store.existing_hashes(Scope(run_id="r"), ["x"]) == {"x"}
+    assert store.existing_hashes(Scope(user_id="a"), ["x"]) == set()
+    assert store.existing_hashes(Scope(agent_id="a"), []) == set()
 
 
 def test_skipped_embedding_of_a_missing_memory_is_a_conflict(store: Store) -> None:
@@ -629,7 +657,8 @@ def test_export_import_round_trip(
     store: Store, backend: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     a = add1(store, "one", Scope("u", run_id="r1"), metadata={"x": [1, 2]})
-    store.add([new("one")], [], Scope("u", "ag", "r2"), "t")
+    store.add([new("one")], [], Scope("u", run_id="r2"), "t")
+    store.attach_session(a, Scope("u", "ag"), "t")
     b = add1(store, "two", links=[a], entities=[("Ann", "ann", "PERSON")])
     store.delete(b, actor="t")
     exported = list(store.export_rows())

@@ -81,7 +81,9 @@ from engramdb.stores.base import (
     NewMemory,
     NewMessage,
     Scope,
+    visible_scope,
 )
+from engramdb.stores._erasure import PLAN_ATTEMPTS, ErasurePlan, reindexed_terms
 from engramdb.stores.sqlite import utc_now
 
 __all__ = ["Operations", "event_dict", "item"]
@@ -183,6 +185,8 @@ class Operations:
         self.actor = actor
         self._bound = False
         self._warned_no_llm = False
+        self.within: Scope | None = None
+        """The scope a bound caller (a scoped view, a server key) may never leave."""
         rerank = config.retrieval.rerank
         self.reranker: Reranker | None = (
             LLMReranker(rerank.max_chars) if rerank is not None and has_llm else None
@@ -214,12 +218,41 @@ class Operations:
             raise ValidationError("memory_id is required")
         return mid
 
+    def _inside(self, ids: dict[str, object]) -> dict[str, object]:
+        """The ids of a call with the bound ids merged in; naming another value is refused."""
+        if self.within is None:
+            return ids
+        merged = dict(ids)
+        for kind, value in self.within.items():
+            given = merged.get(kind)
+            if given is not None and given != value:
+                raise ScopeError(
+                    f"this memory is bound to {kind}={value!r}; the call names "
+                    f"{kind}={given!r}. Leave {kind} out or use a view of that scope"
+                )
+            merged[kind] = value
+        return merged
+
+    def _visible(self, scope: Scope) -> Scope:
+        """What a call with ``scope`` may see through any path (see ``visible_scope``)."""
+        return visible_scope(scope, self.within)
+
+    def _seen(self, row: MemoryRow | None, visible: Scope | None = None) -> MemoryRow | None:
+        """``row`` if the caller may see it, else ``None`` (an invisible id is a missing id)."""
+        if row is None:
+            return None
+        for scope in (self.within, visible):
+            if scope is not None and not scope.sees(row):
+                return None
+        return row
+
     def _scope_and_where(
         self,
         filters: dict[str, Any] | None,
         ids: dict[str, object],
         what: str,
     ) -> tuple[Scope, Node | None]:
+        ids = self._inside(ids)
         from_filters, rest = split_scope(filters)
         for key, value in from_filters.items():
             if ids[key] is not None and ids[key] != value:
@@ -251,10 +284,16 @@ class Operations:
     ) -> Flow[list[AddOutcome]]:
         """Embed what is new and write memories + messages in one transaction."""
         yield from self._bind()
-        # Embedding is most of the cost of an add: skip texts the owner already has.
-        known = yield StoreCall("existing_hashes", (prep.scope.owner, [m.hash for m in memories]))
+        visible = self._visible(prep.scope)
+        # Embedding is most of the cost of an add: skip texts already stored where
+        # the caller can see them (and only there: anything else reveals nothing).
+        known = yield StoreCall("existing_hashes", (visible, [m.hash for m in memories]))
         messages = prep.messages if store_messages else []
-        kwargs = {"source_rowids": source_rowids, "resolve_failure": resolve_failure}
+        kwargs = {
+            "source_rowids": source_rowids,
+            "resolve_failure": resolve_failure,
+            "visible": visible,
+        }
         try:
             yield from self._embed_new(memories, known)
             outcomes = yield StoreCall("add", (memories, messages, prep.scope, self.actor), kwargs)
@@ -290,6 +329,7 @@ class Operations:
         timestamp: object,
         expiration_date: object,
     ) -> _Prepared:
+        ids = self._inside(ids)
         scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="add()")
         meta = check_metadata(metadata)
         msgs = parse_messages(messages, self.limits.max_text_chars, self.limits.max_messages)
@@ -362,30 +402,48 @@ class Operations:
         # ("How long have you had them?" / "Three years!"): the words of the
         # preceding messages of the conversation are indexed with it (keyword
         # search only; its text and vector stay its own). See docs/retrieval.md.
+        # Each memory records which messages it borrowed words from (a stored
+        # message by rowid, one of this add by index), so purging a message can
+        # re-index it (stores/_erasure.py).
         window = self.fusion.context_messages
-        said: list[str] = []
-        if window:
-            earlier: list[NewMessage] = yield StoreCall("recent_messages", (prep.scope, window))
-            said = [m.content for m in earlier if m.role != "system"]
-        new = []
-        for i, msg in enumerate(prep.messages):
-            if msg.role == "system" or not msg.content.strip():
-                continue
-            context = said[-window:] if window else []
-            new.append(
-                self._new_memory(
-                    msg.content.strip(),
-                    prep,
-                    actor_id=msg.name,
-                    role=msg.role,
-                    observed_at=msg.observed_at,
-                    source_messages=[i],
-                    context=context,
+        for attempt in range(2):
+            said: list[tuple[str, int | None, int | None]] = []  # (content, rowid, index)
+            if window:
+                earlier: list[NewMessage] = yield StoreCall(
+                    "recent_messages", (prep.scope, window)
                 )
-            )
-            said.append(msg.content)
-        outcomes = yield from self._store(new, prep)
-        return {"results": [{"id": o.id, "memory": o.memory, "event": o.event} for o in outcomes]}
+                said = [(m.content, m.rowid, None) for m in earlier if m.role != "system"]
+            new = []
+            for i, msg in enumerate(prep.messages):
+                if msg.role == "system" or not msg.content.strip():
+                    continue
+                context = said[-window:] if window else []
+                new.append(
+                    self._new_memory(
+                        msg.content.strip(),
+                        prep,
+                        actor_id=msg.name,
+                        role=msg.role,
+                        observed_at=msg.observed_at,
+                        source_messages=[i],
+                        context=[c for c, _, _ in context],
+                        context_rowids=[r for _, r, _ in context if r is not None],
+                        context_messages=[j for _, _, j in context if j is not None],
+                    )
+                )
+                said.append((msg.content, None, i))
+            try:
+                outcomes = yield from self._store(new, prep)
+            except ConflictError:
+                # A context message was purged between our read and the write: its
+                # words must not be indexed. Read the conversation again, once.
+                if attempt:
+                    raise
+                continue
+            return {
+                "results": [{"id": o.id, "memory": o.memory, "event": o.event} for o in outcomes]
+            }
+        raise AssertionError("unreachable")
 
     def _describe_images(self, prep: _Prepared, use_llm: bool) -> Flow[None]:
         if not (use_llm and self.extraction.vision):
@@ -490,15 +548,16 @@ class Operations:
         if source_rowids:
             # A retry: the failed call's messages are already the newest stored ones.
             recent_messages = recent_messages[: max(0, len(recent_messages) - len(prep.messages))]
-        # Known memories come from the owner's whole store (the user's, across runs
-        # and agents), not just this run: a new session must see what earlier ones
-        # learnt to skip repeats and to link a changed preference. Never wider.
-        owner = _owner_scope(scope)
+        # Known memories come from the caller's visible scope, across its runs: a
+        # new session must see what earlier ones learnt to skip repeats and to link
+        # a changed preference. Never wider: what the LLM is shown, it may repeat.
+        visible = self._visible(scope)
         recent_rows: list[MemoryRow] = yield StoreCall(
-            "list_memories", (owner, None), {"limit": cfg.recent_memories}
+            "list_memories", (visible, None), {"limit": cfg.recent_memories}
         )
         said = "\n".join(m.content for m in prep.chat if m.role != "system")
-        related = yield from self._related(owner, said, cfg.related_memories)
+        related = yield from self._related(visible, said, cfg.related_memories)
+        shown = {r.id for r in recent_rows} | {r.id for r in related}
         new_chat = [m for m in prep.chat if m.role != "system"]
         ctx = AdditiveContext(
             new_messages=new_chat,
@@ -536,7 +595,8 @@ class Operations:
                 actor_id=speakers.get(e.attributed_to),
                 observed_at=prep.observed,
                 source_messages=sources,
-                links=list(e.linked_ids),
+                # The id map only resolves ids that were shown; keep the rule here too.
+                links=[i for i in e.linked_ids if i in shown],
             )
             for e in outcome.items
         ]
@@ -603,9 +663,10 @@ class Operations:
             ),
             None,
         )
+        visible = self._visible(prep.scope)
         existing: dict[str, MemoryRow] = {}
         for fact in facts.items:
-            for row in (yield from self._related(_owner_scope(prep.scope), fact, 5)):
+            for row in (yield from self._related(visible, fact, 5)):
                 existing.setdefault(row.id, row)
         known = [KnownMemory(r.id, r.text, r.observed_at) for r in existing.values()]
         messages, ids = build_update_prompt(facts.items, known, day)
@@ -639,11 +700,20 @@ class Operations:
         for op in ops.items:
             if op.memory_id is None or op.event == "ADD":
                 continue
+            if op.memory_id not in existing:
+                # The id map resolves only shown ids; an id from anywhere else is
+                # dropped before it can touch (or reveal) a memory.
+                log.warning("consolidation: skipped %s of an id it was not shown", op.event)
+                continue
             try:
                 if op.event == "UPDATE" and op.text:
                     before = existing[op.memory_id].text
                     changed = yield from self.update(
-                        op.memory_id, text=op.text, actor="llm", reason="consolidation"
+                        op.memory_id,
+                        text=op.text,
+                        actor="llm",
+                        reason="consolidation",
+                        visible=visible,
                     )
                     results.append(
                         {
@@ -654,7 +724,9 @@ class Operations:
                         }
                     )
                 elif op.event == "DELETE":
-                    yield from self.delete(op.memory_id, actor="llm", reason="consolidation")
+                    yield from self.delete(
+                        op.memory_id, actor="llm", reason="consolidation", visible=visible
+                    )
                     results.append(
                         {
                             "id": op.memory_id,
@@ -663,6 +735,9 @@ class Operations:
                         }
                     )
                 elif op.event == "NONE":
+                    current = yield StoreCall("get", (op.memory_id,))
+                    if self._seen(current, visible) is None:
+                        raise MemoryNotFoundError(op.memory_id)
                     event = yield StoreCall("attach_session", (op.memory_id, prep.scope, "llm"))
                     yield from self._emit([event])
                     results.append(
@@ -682,6 +757,8 @@ class Operations:
         if found is None:
             raise ValidationError(f"no extraction failure with id {failure_id}")
         scope, stored, resolved = found
+        if self.within is not None and not _scope_inside(scope, self.within):
+            raise ValidationError(f"no extraction failure with id {failure_id}")
         if resolved:
             raise ValidationError(f"extraction failure {failure_id} was already resolved")
         msgs = [m for _, m in stored]
@@ -704,6 +781,7 @@ class Operations:
         self, ids: dict[str, object], include_resolved: bool
     ) -> Flow[list[dict[str, Any]]]:
         """Recorded extraction failures of a scope."""
+        ids = self._inside(ids)
         scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="failures()")
         found: list[dict[str, Any]] = yield StoreCall(
             "failures", (scope,), {"include_resolved": include_resolved}
@@ -746,8 +824,8 @@ class Operations:
                     if linked_id in seen:
                         continue
                     seen.add(linked_id)
-                    linked = yield StoreCall("get", (linked_id,))
-                    if linked is None or not _in_scope(linked, scope):
+                    linked = self._seen((yield StoreCall("get", (linked_id,))), scope)
+                    if linked is None:
                         continue
                     extra = item(linked)
                     extra["score"] = hit.score
@@ -757,7 +835,7 @@ class Operations:
 
     def get(self, memory_id: object) -> Flow[dict[str, Any] | None]:
         """``Memory.get``."""
-        row = yield StoreCall("get", (self._memory_id(memory_id),))
+        row = self._seen((yield StoreCall("get", (self._memory_id(memory_id),))))
         return None if row is None else item(row)
 
     def get_all(
@@ -779,6 +857,8 @@ class Operations:
     def history(self, memory_id: object) -> Flow[list[dict[str, Any]]]:
         """``Memory.history``."""
         mid = self._memory_id(memory_id)
+        if self.within is not None:
+            yield from self._visible_by_id(mid)
         events = yield StoreCall("history", (mid,))
         if not events:
             row = yield StoreCall("get", (mid,), {"include_deleted": True})
@@ -786,12 +866,21 @@ class Operations:
                 raise MemoryNotFoundError(mid)
         return [event_dict(e) for e in events]
 
+    def _visible_by_id(self, memory_id: str) -> Flow[MemoryRow]:
+        """A memory the caller may see, deleted ones included; else MemoryNotFoundError."""
+        row: MemoryRow | None = yield StoreCall("get", (memory_id,), {"include_deleted": True})
+        seen = self._seen(row)
+        if seen is None:
+            raise MemoryNotFoundError(memory_id)
+        return seen
+
     def timeline(self, memory_id: object, limit: int = 100) -> Flow[list[dict[str, Any]]]:
         """A memory and every memory linked to it (transitively), by observation time."""
         mid = self._memory_id(memory_id)
-        start = yield StoreCall("get", (mid,))
+        start = self._seen((yield StoreCall("get", (mid,))))
         if start is None:
             raise MemoryNotFoundError(mid)
+        # Links never lead a bound caller out of its scope (``_seen`` checks each).
         found = {start.id: start}
         frontier = [start]
         while frontier and len(found) < limit:
@@ -799,7 +888,7 @@ class Operations:
             for linked_id in row.linked_ids:
                 if linked_id in found:
                     continue
-                linked = yield StoreCall("get", (linked_id,))
+                linked = self._seen((yield StoreCall("get", (linked_id,))))
                 if linked is not None:
                     found[linked.id] = linked
                     frontier.append(linked)
@@ -818,12 +907,17 @@ class Operations:
         metadata: object = None,
         actor: str | None = None,
         reason: str | None = None,
+        visible: Scope | None = None,
     ) -> Flow[dict[str, Any]]:
-        """``Memory.update``: new text and/or metadata, history keeps the old."""
+        """``Memory.update``: new text and/or metadata, history keeps the old.
+
+        ``visible`` narrows further what may be changed (consolidation passes
+        the scope its LLM was shown).
+        """
         if text is None and metadata is None:
             raise ValidationError("update() needs text and/or metadata")
         mid = self._memory_id(memory_id)
-        row = yield StoreCall("get", (mid,))
+        row = self._seen((yield StoreCall("get", (mid,))), visible)
         if row is None:
             raise MemoryNotFoundError(mid)
         new_meta = row.metadata if metadata is None else check_metadata(metadata)
@@ -853,10 +947,19 @@ class Operations:
         return {"message": "Memory updated successfully!", **item(new_row)}
 
     def delete(
-        self, memory_id: object, *, actor: str | None = None, reason: str | None = None
+        self,
+        memory_id: object,
+        *,
+        actor: str | None = None,
+        reason: str | None = None,
+        visible: Scope | None = None,
     ) -> Flow[dict[str, Any]]:
-        """``Memory.delete``: soft delete."""
+        """``Memory.delete``: soft delete (of a memory ``visible`` sees, when given)."""
         mid = self._memory_id(memory_id)
+        if self.within is not None or visible is not None:
+            row = self._seen((yield StoreCall("get", (mid,))), visible)
+            if row is None:
+                raise MemoryNotFoundError(mid)
         _, event = yield StoreCall(
             "delete", (mid,), {"actor": actor or self.actor, "reason": reason}
         )
@@ -865,6 +968,7 @@ class Operations:
 
     def delete_all(self, ids: dict[str, object]) -> Flow[dict[str, Any]]:
         """``Memory.delete_all``: soft-delete one scope."""
+        ids = self._inside(ids)
         scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="delete_all()")
         events = yield StoreCall("delete_scope", (scope,), {"actor": self.actor})
         yield from self._emit(events)
@@ -875,6 +979,8 @@ class Operations:
         mid = self._memory_id(memory_id)
         if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
             raise ValidationError(f"version must be an integer, got {type(version).__name__}")
+        if self.within is not None:
+            yield from self._visible_by_id(mid)
         plan = yield StoreCall("plan_restore", (mid, version))
         current = yield StoreCall("get", (mid,), {"include_deleted": True})
         embedding = None
@@ -901,32 +1007,39 @@ class Operations:
         if memory_id is not None:
             if any(v is not None for v in ids.values()):
                 raise ValidationError("purge() takes a memory_id or scope ids, not both")
-            count = yield StoreCall("purge", (), {"memory_id": self._memory_id(memory_id)})
+            mid = self._memory_id(memory_id)
+            if self.within is not None:
+                yield from self._visible_by_id(mid)
+            count = yield from self._erase({"memory_id": mid})
         else:
+            ids = self._inside(ids)
             scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="purge()")
-            count = yield StoreCall("purge", (), {"scope": scope})
+            count = yield from self._erase({"scope": scope})
         log.info("purged %d memories", count)
         return {"message": "Memories purged.", "purged": count}
 
+    def _erase(self, target: dict[str, Any]) -> Flow[int]:
+        """Plan (a store read), re-index the neighbours (here), execute (one write).
 
-def _owner_scope(scope: Scope) -> Scope:
-    """The dedup owner as a scope: the user, else the agent, else the run."""
-    if scope.user_id is not None:
-        return Scope(user_id=scope.user_id)
-    if scope.agent_id is not None:
-        return Scope(agent_id=scope.agent_id)
-    return Scope(run_id=scope.run_id)
+        Re-indexing needs the lemmatiser, which lives above the stores, so the
+        plan comes back to the flow for the new terms. A write between plan and
+        execution makes the store refuse the plan; it is planned again.
+        """
+        for attempt in range(PLAN_ATTEMPTS):
+            plan: ErasurePlan = yield StoreCall("plan_purge", (), target)
+            try:
+                count: int = yield StoreCall("apply_purge", (plan, reindexed_terms(plan)))
+            except ConflictError:
+                if attempt == PLAN_ATTEMPTS - 1:
+                    raise
+                continue
+            return count
+        raise AssertionError("unreachable")
 
 
-def _in_scope(row: MemoryRow, scope: Scope) -> bool:
-    for kind, value in scope.items():
-        if kind == "user_id" and row.user_id != value:
-            return False
-        if kind == "agent_id" and value != row.agent_id and value not in row.agent_ids:
-            return False
-        if kind == "run_id" and value != row.run_id and value not in row.run_ids:
-            return False
-    return True
+def _scope_inside(scope: Scope, bound: Scope) -> bool:
+    """Whether every id ``bound`` sets is set to the same value in ``scope``."""
+    return all(getattr(scope, kind) == value for kind, value in bound.items())
 
 
 _EMPTY = np.empty(0, dtype=np.float32)

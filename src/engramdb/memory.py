@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Self
 
 import numpy as np
 
@@ -40,13 +41,13 @@ from engramdb.core.validate import (
     parse_timestamp,
 )
 from engramdb.embedders import Embedder, make_embedder
-from engramdb.errors import ConfigError, ImportFormatError, ValidationError
+from engramdb.errors import ConfigError, ImportFormatError, ScopeError, ValidationError
 from engramdb.llms import LLM, llm_from_env, make_llm
 from engramdb.nlp import index_terms
 from engramdb.rerank import Reranker
 from engramdb.search import document_text
 from engramdb.stores import Store, make_store, store_from_env
-from engramdb.stores.base import HistoryEvent, MemoryRow
+from engramdb.stores.base import HistoryEvent, MemoryRow, Scope
 
 __all__ = ["AsyncMemory", "EventCallback", "Memory"]
 
@@ -122,6 +123,48 @@ class _Base:
         """Who changes made through this object are attributed to in history."""
         return self._ops.actor
 
+    @property
+    def within(self) -> Scope | None:
+        """The scope a view from :meth:`scoped` is bound to; ``None`` for the whole store."""
+        return self._ops.within
+
+    def scoped(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Self:
+        """A view of this memory that can see and change one scope only.
+
+        Every call of the view runs inside the scope (ids it leaves out are
+        filled in; naming another value raises :class:`ScopeError`), and no
+        path reaches outside it: listings and search, the extraction context
+        shown to the LLM, dedup and session attach, links, consolidation's
+        UPDATE/DELETE targets, ``expand_links``, ``timeline``, ``export``, and
+        every by-id call (a memory outside the scope is reported exactly like a
+        missing one). The servers run each API key's calls through such a view.
+        ``{user_id: alice, agent_id: coach}`` sees alice's memories with coach,
+        not her agent-less ones; binding ``run_id`` limits the view to that run.
+
+        The view shares the store, models and connections with this object:
+        closing it does nothing, and it cannot ``reset`` or import.
+        """
+        # A view of a view can only narrow it.
+        ids = self._ops._inside(_ids(user_id, agent_id, run_id))
+        scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="scoped()")
+        view = copy.copy(self)
+        view._ops = copy.copy(self._ops)
+        view._ops.within = scope
+        view._is_view = True
+        return view
+
+    _is_view = False
+
+    def _whole_store(self, what: str) -> None:
+        if self._is_view:
+            raise ScopeError(f"{what} acts on the whole store; a scoped view cannot")
+
     def _notify(self, events: Iterable[HistoryEvent]) -> None:
         for event in events:
             payload = event_dict(event)
@@ -156,8 +199,11 @@ class _Base:
             "embedder": bound[0] if bound else None,
             "dim": bound[1] if bound else None,
         }
+        within = self._ops.within
         for rec in self.store.export_rows():
             row: MemoryRow = rec["row"]
+            if within is not None and not within.sees(row):
+                continue
             out = item(row)
             out.update(
                 {
@@ -473,6 +519,7 @@ class Memory(_Base):
         Vectors are reused when the export was made with the same embedder,
         re-computed otherwise. Any unreadable line aborts the whole import.
         """
+        self._whole_store("import_jsonl()")
         _, rows = self._read_import(fp)
         self._run(self._ops._bind())
         stale = [r for r in rows if r["embedding"] is None]
@@ -487,11 +534,14 @@ class Memory(_Base):
 
     def reset(self) -> None:
         """Erase everything in the store: every scope, all history. Not undoable."""
+        self._whole_store("reset()")
         self.store.reset()
         self._ops.unbind()
 
     def close(self) -> None:
-        """Release the database connections and the LLM's HTTP connections."""
+        """Release the database connections and the LLM's HTTP connections (not a view's)."""
+        if self._is_view:
+            return
         self.store.close()
         if self.llm is not None:
             self.llm.close()
@@ -523,6 +573,17 @@ class AsyncMemory(_Base):
     def from_config(cls, config: dict[str, Any]) -> AsyncMemory:
         """Build from a mem0-shaped config dict."""
         return cls(config=config)
+
+    def scoped(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Self:
+        """See :meth:`Memory.scoped`; the view shares this object's async store too."""
+        self._native_store()
+        return super().scoped(user_id=user_id, agent_id=agent_id, run_id=run_id)
 
     def _native_store(self) -> Any:
         # A store with native async (PostgreSQL) is awaited; others run in a thread.
@@ -723,6 +784,7 @@ class AsyncMemory(_Base):
 
     async def reset(self) -> None:
         """See :meth:`Memory.reset`."""
+        self._whole_store("reset()")
         native = self._native_store()
         if native is not None:
             await native.reset()
@@ -731,7 +793,9 @@ class AsyncMemory(_Base):
         self._ops.unbind()
 
     async def close(self) -> None:
-        """Release the database connections and the LLM's HTTP connections."""
+        """Release the database connections and the LLM's HTTP connections (not a view's)."""
+        if self._is_view:
+            return
         native = getattr(self, "_astore", None)
         if native is not None:
             await native.close()

@@ -17,10 +17,9 @@ from typing import Any
 
 import anyio.to_thread
 
-from engramdb.core.validate import check_id
 from engramdb.errors import EngramError, MemoryNotFoundError, ValidationError
 from engramdb.memory import AsyncMemory, Memory
-from engramdb.server.tenancy import Caller, owns, record_in_scope, resolve_scope
+from engramdb.server.tenancy import Caller, record_in_scope, resolve_scope
 
 __all__ = ["LimitExceededError", "MemoryService", "ServerLimits"]
 
@@ -60,29 +59,22 @@ class MemoryService:
         """``"async"`` (AsyncMemory) or ``"sync"`` (Memory in worker threads)."""
         return "async" if isinstance(self.memory, AsyncMemory) else "sync"
 
-    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        method = getattr(self.memory, name)
+    def _for(self, caller: Caller) -> AsyncMemory | Memory:
+        """The memory as ``caller`` may use it: the whole store for an admin, else a view.
+
+        The view (:meth:`Memory.scoped`) enforces the key's scope in the flows
+        themselves — by-id calls, extraction context, dedup, links,
+        consolidation, timeline — so this layer never reads the store directly.
+        """
+        if caller.admin:
+            return self.memory
+        return self.memory.scoped(**caller.bound)
+
+    async def _call(self, caller: Caller, name: str, *args: Any, **kwargs: Any) -> Any:
+        method = getattr(self._for(caller), name)
         if isinstance(self.memory, AsyncMemory):
             return await method(*args, **kwargs)
         return await anyio.to_thread.run_sync(functools.partial(method, *args, **kwargs))
-
-    async def _check_owned(self, caller: Caller, memory_id: str) -> str:
-        """Raise ``MemoryNotFoundError`` unless the memory exists in the caller's scope.
-
-        Deleted memories count (they can be restored, purged, and have a
-        history); the answer for another tenant's id is the same as for an
-        unknown one.
-        """
-        mid = check_id("memory_id", memory_id)
-        if mid is None:
-            raise ValidationError("memory_id is required")
-        if caller.admin:
-            return mid
-        get = functools.partial(self.memory.store.get, mid, include_deleted=True)
-        row = await anyio.to_thread.run_sync(get)
-        if row is None or not owns(caller, row):
-            raise MemoryNotFoundError(mid)
-        return mid
 
     def _top_k(self, top_k: int | None, default: int) -> int:
         """The caller's top_k within the limit; left out, the library's default (capped)."""
@@ -120,6 +112,7 @@ class MemoryService:
             )
         scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id))
         result: dict[str, Any] = await self._call(
+            caller,
             "add",
             messages,
             **scope,
@@ -150,6 +143,7 @@ class MemoryService:
         k = self._top_k(top_k, 20)
         scope, rest = resolve_scope(caller, _ids(user_id, agent_id, run_id), filters)
         result: dict[str, Any] = await self._call(
+            caller,
             "search",
             query,
             **scope,
@@ -181,7 +175,7 @@ class MemoryService:
             )
         scope, rest = resolve_scope(caller, _ids(user_id, agent_id, run_id), filters)
         result: dict[str, Any] = await self._call(
-            "get_all", **scope, filters=rest, top_k=k, offset=offset
+            caller, "get_all", **scope, filters=rest, top_k=k, offset=offset
         )
         return result
 
@@ -195,7 +189,7 @@ class MemoryService:
     ) -> dict[str, Any]:
         """``Memory.delete_all``: the request must name the scope, which must be the caller's."""
         scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id), require_named=True)
-        result: dict[str, Any] = await self._call("delete_all", **scope)
+        result: dict[str, Any] = await self._call(caller, "delete_all", **scope)
         return result
 
     async def purge(
@@ -211,11 +205,10 @@ class MemoryService:
         if memory_id is not None:
             if any(v is not None for v in (user_id, agent_id, run_id)):
                 raise ValidationError("purge takes a memory_id or scope ids, not both")
-            mid = await self._check_owned(caller, memory_id)
-            result: dict[str, Any] = await self._call("purge", mid)
+            result: dict[str, Any] = await self._call(caller, "purge", memory_id)
             return result
         scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id), require_named=True)
-        result = await self._call("purge", **scope)
+        result = await self._call(caller, "purge", **scope)
         return result
 
     def export_lines(
@@ -236,7 +229,7 @@ class MemoryService:
             scope: Mapping[str, str | None] = {}
         else:
             scope, _ = resolve_scope(caller, ids)
-        records = self.memory.export()
+        records = self._for(caller).export()
         header = next(records)
         yield json.dumps(header, ensure_ascii=False) + "\n"
         for record in records:
@@ -247,10 +240,9 @@ class MemoryService:
 
     async def get(self, caller: Caller, memory_id: str) -> dict[str, Any]:
         """``Memory.get`` of an owned memory; ``MemoryNotFoundError`` instead of ``None``."""
-        mid = await self._check_owned(caller, memory_id)
-        found: dict[str, Any] | None = await self._call("get", mid)
+        found: dict[str, Any] | None = await self._call(caller, "get", memory_id)
         if found is None:
-            raise MemoryNotFoundError(mid)
+            raise MemoryNotFoundError(memory_id)
         return found
 
     async def update(
@@ -264,9 +256,8 @@ class MemoryService:
         reason: str | None = None,
     ) -> dict[str, Any]:
         """``Memory.update`` of an owned memory (``data`` is mem0's name for ``text``)."""
-        mid = await self._check_owned(caller, memory_id)
         result: dict[str, Any] = await self._call(
-            "update", mid, text=text, metadata=metadata, data=data, reason=reason
+            caller, "update", memory_id, text=text, metadata=metadata, data=data, reason=reason
         )
         return result
 
@@ -274,20 +265,17 @@ class MemoryService:
         self, caller: Caller, memory_id: str, *, reason: str | None = None
     ) -> dict[str, Any]:
         """``Memory.delete`` of an owned memory."""
-        mid = await self._check_owned(caller, memory_id)
-        result: dict[str, Any] = await self._call("delete", mid, reason=reason)
+        result: dict[str, Any] = await self._call(caller, "delete", memory_id, reason=reason)
         return result
 
     async def restore(
         self, caller: Caller, memory_id: str, *, version: int | None = None
     ) -> dict[str, Any]:
         """``Memory.restore`` of an owned memory."""
-        mid = await self._check_owned(caller, memory_id)
-        result: dict[str, Any] = await self._call("restore", mid, version=version)
+        result: dict[str, Any] = await self._call(caller, "restore", memory_id, version=version)
         return result
 
     async def history(self, caller: Caller, memory_id: str) -> list[dict[str, Any]]:
         """``Memory.history`` of an owned memory."""
-        mid = await self._check_owned(caller, memory_id)
-        result: list[dict[str, Any]] = await self._call("history", mid)
+        result: list[dict[str, Any]] = await self._call(caller, "history", memory_id)
         return result

@@ -3,7 +3,7 @@
 A caller is an API key (or the launch configuration of an MCP server). A key
 bound to a scope (``user_id`` and/or ``agent_id``) may only read and change
 memories of that scope; an admin caller may act on any scope. Everything the
-servers do goes through two checks here:
+servers do goes through this module:
 
 * :func:`resolve_scope` turns the scope a request names (arguments and the
   scope ids inside ``filters``) into the scope the call runs with. The key's
@@ -12,9 +12,12 @@ servers do goes through two checks here:
   refused with :class:`ScopeForbiddenError` (HTTP 403). The scope ids lifted
   out of ``filters`` go through the same merge; what remains of the filter is
   ANDed with the scope by the library, so no ``OR``/``NOT`` can widen it.
-* :func:`owns` says whether a memory fetched by id belongs to the caller's
-  scope — with the same meaning as a listing of that scope, attached sessions
-  included. A memory it does not own is reported exactly like a missing one
+* everything else — by-id calls, and what the flows read on the caller's
+  behalf (the extraction context shown to the LLM, dedup, session attach,
+  links, consolidation targets, ``expand_links``, ``timeline``) — runs through
+  a scoped view of the library (:meth:`engramdb.Memory.scoped`) bound to the
+  key's ids, so the flows themselves never look outside it. A memory outside
+  the scope is reported exactly like a missing one
   (:class:`~engramdb.errors.MemoryNotFoundError`, HTTP 404), so ids of other
   tenants cannot be probed.
 
@@ -33,13 +36,11 @@ from typing import Any
 
 from engramdb.core.filters import split_scope
 from engramdb.errors import EngramError, ScopeError
-from engramdb.stores.base import MemoryRow
 
 __all__ = [
     "SCOPE_KINDS",
     "Caller",
     "ScopeForbiddenError",
-    "owns",
     "record_in_scope",
     "resolve_scope",
 ]
@@ -126,18 +127,6 @@ def resolve_scope(
         requested[kind] = value
     scope: dict[str, str | None] = {kind: requested.get(kind) for kind in SCOPE_KINDS}
     return scope, (rest or None)
-
-
-def owns(caller: Caller, row: MemoryRow) -> bool:
-    """Whether the memory ``row`` lies in the caller's scope (attached sessions count)."""
-    for kind, value in caller.bound.items():
-        if kind == "user_id" and row.user_id != value:
-            return False
-        if kind == "agent_id" and value != row.agent_id and value not in row.agent_ids:
-            return False
-        if kind == "run_id" and value != row.run_id and value not in row.run_ids:
-            return False
-    return True
 
 
 def record_in_scope(record: Mapping[str, Any], scope: Mapping[str, str | None]) -> bool:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
 from engramdb.core.filters import Node
+
+if TYPE_CHECKING:  # _erasure imports this module
+    from engramdb.stores._erasure import ErasurePlan
 
 __all__ = [
     "AddOutcome",
@@ -26,6 +29,7 @@ __all__ = [
     "RestorePlan",
     "Scope",
     "Store",
+    "visible_scope",
 ]
 
 ScopeKind = Literal["user_id", "agent_id", "run_id"]
@@ -44,10 +48,10 @@ class Scope:
 
     @property
     def owner(self) -> str:
-        """Dedup key: the user when given, else the agent, else the run.
+        """The top-level owner: the user when given, else the agent, else the run.
 
-        A fact is stored once per owner; seeing it again in another run or
-        with another agent attaches that session to the existing memory.
+        Entities are shared per owner, and a purge locks per owner; exact
+        repeats are dropped per :attr:`partition`, which is finer.
         """
         if self.user_id is not None:
             return f"user:{self.user_id}"
@@ -56,6 +60,34 @@ class Scope:
         if self.run_id is not None:
             return f"run:{self.run_id}"
         raise ValueError("a scope needs user_id, agent_id or run_id")
+
+    @property
+    def partition(self) -> str:
+        """Dedup key of a *visible* scope: every id that is set, length-prefixed.
+
+        Exact repeats are dropped among the live memories of one partition,
+        the visible scope they were written from (see
+        :func:`engramdb._ops.visible_scope`), so a repeat never matches a
+        memory its caller cannot see. The length prefixes make the key
+        unambiguous whatever characters the ids hold; the SQL migrations
+        compute the same key.
+        """
+        parts = [
+            f"{tag}{len(value)}:{value}"
+            for tag, value in (("u", self.user_id), ("a", self.agent_id), ("r", self.run_id))
+            if value is not None
+        ]
+        if not parts:
+            raise ValueError("a scope needs user_id, agent_id or run_id")
+        return "".join(parts)
+
+    def sees(self, row: MemoryRow) -> bool:
+        """Whether ``row`` lies in this scope: every id matches (attached sessions count)."""
+        if self.user_id is not None and row.user_id != self.user_id:
+            return False
+        if self.agent_id is not None and self.agent_id not in (row.agent_id, *row.agent_ids):
+            return False
+        return self.run_id is None or self.run_id in (row.run_id, *row.run_ids)
 
     def items(self) -> list[tuple[ScopeKind, str]]:
         """The ids that are set, as ``(field, value)`` pairs."""
@@ -69,6 +101,25 @@ class Scope:
         return out
 
 
+def visible_scope(scope: Scope, bound: Scope | None = None) -> Scope:
+    """The memories a call with ``scope`` may see (and dedup, link, change) through any path.
+
+    A user's or agent's memories are split by who may see them: a call named
+    ``{user_id: alice, agent_id: coach}`` sees alice's memories *with coach*
+    (as primary agent or attached), not alice's agent-less ones nor another
+    agent's. A run is a session, not a wall: its memories stay visible to the
+    next run of the same user/agent (that is how a fact seen again in a new
+    session attaches that session instead of being stored twice), unless the
+    caller is ``bound`` to the run (a key for one run sees that run only), or
+    the scope names nothing but a run. ``scope`` must already lie inside
+    ``bound`` (the faces merge the bound ids in first).
+    """
+    if scope.user_id is None and scope.agent_id is None:
+        return scope
+    run = bound.run_id if bound is not None else None
+    return Scope(scope.user_id, scope.agent_id, run)
+
+
 @dataclass
 class NewMessage:
     """A raw conversation message to keep beside the memories made from it."""
@@ -77,6 +128,9 @@ class NewMessage:
     content: str
     name: str | None = None
     observed_at: str | None = None
+    rowid: int | None = field(default=None, compare=False)
+    """The stored message's id when the store hands it back (``recent_messages``), so a
+    memory can name the messages it borrows words from; ``None`` for a new message."""
 
 
 @dataclass
@@ -101,6 +155,12 @@ class NewMemory:
     """Public ids of existing memories this one relates to."""
     entities: list[EntityRef] = field(default_factory=list)
     """Entities mentioned in the text, linked relationally on write."""
+    context_messages: list[int] = field(default_factory=list)
+    """Indexes into the add's ``messages`` whose words ``terms`` also holds (a verbatim
+    turn indexes the message before it): recorded, so a purge of those messages can
+    re-index this memory."""
+    context_rowids: list[int] = field(default_factory=list)
+    """Stored messages (:attr:`NewMessage.rowid`) whose words ``terms`` also holds."""
 
 
 @dataclass
@@ -212,9 +272,16 @@ class Store(Protocol):
         *,
         source_rowids: Sequence[int] = (),
         resolve_failure: int | None = None,
+        visible: Scope | None = None,
     ) -> list[AddOutcome]:
         """Store messages and memories in one transaction; repeats become NONE.
 
+        A repeat is a live memory with the same hash that ``visible`` (the
+        caller's visible scope; :func:`visible_scope` of ``scope`` when not
+        given) sees, preferably one of its own partition: it gets the scope's
+        run attached instead of a second copy. Anything else is stored anew in
+        the partition of ``visible``, so a caller never dedups against (and
+        so never learns of) a memory it cannot see.
         A memory with an empty ``embedding`` is one the caller believed to be a
         repeat; if it is not (any more), the store raises ConflictError and
         writes nothing.
@@ -243,8 +310,8 @@ class Store(Protocol):
         """The last ``limit`` raw messages of a scope, oldest first."""
         ...
 
-    def existing_hashes(self, owner: str, hashes: Sequence[str]) -> set[str]:
-        """Which of ``hashes`` a live memory of ``owner`` already has."""
+    def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> set[str]:
+        """Which of ``hashes`` a live memory that ``visible`` sees already has."""
         ...
 
     def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryRow | None:
@@ -327,7 +394,26 @@ class Store(Protocol):
         ...
 
     def purge(self, *, memory_id: str | None = None, scope: Scope | None = None) -> int:
-        """Erase memories (and their history and source messages) for good."""
+        """Erase memories for good: :meth:`plan_purge`, re-index, :meth:`apply_purge`."""
+        ...
+
+    def plan_purge(
+        self, *, memory_id: str | None = None, scope: Scope | None = None
+    ) -> ErasurePlan:
+        """Read the provenance of what a purge names and plan it (reads only).
+
+        Raises MemoryNotFoundError for an unknown ``memory_id``.
+        """
+        ...
+
+    def apply_purge(self, plan: ErasurePlan, terms: dict[int, str]) -> int:
+        """Execute a plan in one transaction; ``terms`` re-index its neighbours.
+
+        Raises ConflictError (nothing written) if a write since planning changed
+        what the purge covers. Afterwards no copy of the erased text is left
+        where the backend can reach (see each backend). Returns the number of
+        memories erased.
+        """
         ...
 
     def history(self, memory_id: str) -> list[HistoryEvent]:

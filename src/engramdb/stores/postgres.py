@@ -11,9 +11,11 @@ statements see one snapshot.
 
 Concurrency comes from the database, not from read-modify-write in Python:
 
-- exact repeats: a partial unique index on ``(owner, hash) WHERE deleted_at
-  IS NULL`` and ``INSERT … ON CONFLICT DO NOTHING``; a writer that loses the
-  race attaches its session to the winner's row;
+- exact repeats: a partial unique index on ``(partition, hash) WHERE
+  deleted_at IS NULL`` (the caller's visible scope, see
+  :func:`~engramdb.stores.base.visible_scope`) and ``INSERT … ON CONFLICT
+  DO NOTHING``; a writer that loses the race attaches its session to the
+  winner's row;
 - entities: ``INSERT … ON CONFLICT DO NOTHING`` on ``(owner, normalized)``;
 - lock order: a write takes the owner's advisory lock (shared; purge takes it
   exclusive, because it deletes the owner's orphaned entities), then inserts
@@ -83,6 +85,7 @@ from engramdb.stores.base import (
     NewMessage,
     RestorePlan,
     Scope,
+    visible_scope,
 )
 from engramdb.stores.postgres_schema import BOOTSTRAP, LATEST, MIGRATION_LOCK, MIGRATIONS
 from engramdb.stores.sqlite import utc_now
@@ -435,6 +438,7 @@ class _Flows:
         actor: str,
         source_rowids: Sequence[int],
         resolve_failure: int | None,
+        visible: Scope | None = None,
     ) -> Tx[list[AddOutcome]]:
         """One add in a fixed number of statements, whatever the batch size.
 
@@ -447,6 +451,9 @@ class _Flows:
         now = utc_now()
         ts = datetime.fromisoformat(now)
         owner = scope.owner
+        sees = visible or visible_scope(scope)
+        partition = sees.partition
+        sees_sql, sees_params = self.scope_clause(sees)
         yield self.owner_lock(owner)
         msg_rowids = (yield from self.insert_messages(messages, scope, ts)) + list(source_rowids)
         if resolve_failure is not None:
@@ -461,9 +468,9 @@ class _Flows:
         for i, mem in enumerate(memories):
             first.setdefault(mem.hash, i)
         rows = yield _Q(
-            f"SELECT hash FROM {self.t('memories')} WHERE owner = %s AND hash = ANY(%s) "
-            "AND deleted_at IS NULL",
-            (owner, sorted(first)),
+            f"SELECT DISTINCT m.hash FROM {self.t('memories')} m WHERE m.hash = ANY(%s) "
+            f"AND m.deleted_at IS NULL AND {sees_sql}",
+            (sorted(first), *sees_params),
         )
         known = {r[0] for r in rows}
         fresh = [i for i in first.values() if memories[i].hash not in known]
@@ -476,7 +483,7 @@ class _Flows:
         inserted: dict[str, int] = {}
         if fresh:
             inserted = yield from self.insert_memories(
-                [memories[i] for i in sorted(fresh)], scope, ts
+                [memories[i] for i in sorted(fresh)], scope, partition, ts
             )
         outcomes: dict[str, AddOutcome] = {}
         added = [memories[i] for i in sorted(fresh) if memories[i].hash in inserted]
@@ -487,14 +494,21 @@ class _Flows:
             pending = sorted(h for h in first if h not in outcomes)
             if not pending:
                 break
+            # Every live memory of these texts the caller sees, locked in hash order;
+            # per text the caller's own partition wins, then the oldest.
             existing = yield _Q(
-                f"SELECT rowid, id, text, agent_id, run_id, version, hash FROM "
-                f"{self.t('memories')} WHERE owner = %s AND hash = ANY(%s) AND deleted_at IS NULL "
-                "ORDER BY hash FOR NO KEY UPDATE",
-                (owner, pending),
+                f"SELECT m.rowid, m.id, m.text, m.agent_id, m.run_id, m.version, m.hash, "
+                f"m.partition = %s FROM {self.t('memories')} m WHERE m.hash = ANY(%s) "
+                f"AND m.deleted_at IS NULL AND {sees_sql} ORDER BY m.hash, m.rowid "
+                "FOR NO KEY UPDATE OF m",
+                (partition, pending, *sees_params),
             )
+            chosen: dict[str, tuple[Any, ...]] = {}
             for row in existing:
-                outcomes[row[6]] = yield from self.attach(row[:6], scope, actor, ts)
+                if row[6] not in chosen or (row[7] and not chosen[row[6]][7]):
+                    chosen[row[6]] = row
+            for hash_, row in sorted(chosen.items()):
+                outcomes[hash_] = yield from self.attach(row[:6], scope, actor, ts)
             missing = [memories[first[h]] for h in pending if h not in outcomes]
             if not missing:
                 break
@@ -503,7 +517,7 @@ class _Flows:
                 if mem.embedding.size == 0:
                     raise ConflictError(f"memory text {mem.text[:40]!r} changed concurrently")
             yield from self.upsert_entities(owner, [e for m in missing for e in m.entities], ts)
-            more = yield from self.insert_memories(missing, scope, ts)
+            more = yield from self.insert_memories(missing, scope, partition, ts)
             inserted.update(more)
             for mem in missing:
                 if mem.hash in more:
@@ -523,7 +537,7 @@ class _Flows:
         return result
 
     def insert_memories(
-        self, memories: Sequence[NewMemory], scope: Scope, ts: datetime
+        self, memories: Sequence[NewMemory], scope: Scope, partition: str, ts: datetime
     ) -> Tx[dict[str, int]]:
         """Insert new memories (in input order of row ids, hash order of locks): hash -> rowid."""
         ids = yield _Q(
@@ -557,15 +571,16 @@ class _Flows:
         )
         placeholders = ", ".join(f"%s::{t.strip()}" for t in types.split(","))
         got = yield _Q(
-            f"INSERT INTO {self.t('memories')} (rowid, id, text, hash, owner, user_id, agent_id, "
-            "run_id, actor_id, role, attributed_to, memory_type, metadata, created_at, "
+            f"INSERT INTO {self.t('memories')} (rowid, id, text, hash, owner, partition, user_id, "
+            "agent_id, run_id, actor_id, role, attributed_to, memory_type, metadata, created_at, "
             "updated_at, observed_at, expires_at, version, terms, embedding) "
-            "SELECT u.rowid, u.id, u.text, u.hash, %s, %s, %s, %s, u.actor_id, u.role, "
+            "SELECT u.rowid, u.id, u.text, u.hash, %s, %s, %s, %s, %s, u.actor_id, u.role, "
             "u.attributed_to, u.memory_type, u.metadata::jsonb, %s, %s, u.observed_at, "
             "u.expires_at, 1, u.terms, u.embedding::vector "
             f"FROM unnest({placeholders}) WITH ORDINALITY AS u({cols}, n) ORDER BY u.n "
-            "ON CONFLICT (owner, hash) WHERE deleted_at IS NULL DO NOTHING RETURNING hash, rowid",
-            [scope.owner, scope.user_id, scope.agent_id, scope.run_id, ts, ts, *arrays],
+            "ON CONFLICT (partition, hash) WHERE deleted_at IS NULL DO NOTHING "
+            "RETURNING hash, rowid",
+            [scope.owner, partition, scope.user_id, scope.agent_id, scope.run_id, ts, ts, *arrays],
         )
         return {r[0]: int(r[1]) for r in got}
 
@@ -605,6 +620,7 @@ class _Flows:
                 ([p[0] for p in sources], [p[1] for p in sources]),
                 fetch="none",
             )
+        yield from self.insert_context(added, rowids, msg_rowids)
         links = [(rowids[m.hash], link) for m in added for link in m.links]
         if links:
             yield _Q(
@@ -633,6 +649,37 @@ class _Flows:
         yield from self.insert_history_many(events)
         for m, event in zip(sorted(added, key=lambda m: rowids[m.hash]), events, strict=True):
             outcomes[m.hash] = AddOutcome(m.id, m.text, "ADD", event)
+
+    def insert_context(
+        self, added: Sequence[NewMemory], rowids: dict[str, int], msg_rowids: list[int]
+    ) -> Tx[None]:
+        """Record the messages whose words new memories' terms borrow (erasure provenance)."""
+        borrowed = sorted({r for m in added for r in m.context_rowids})
+        if borrowed:
+            # KEY SHARE: a purge cannot delete them until this add commits, and
+            # one purged since the caller read it means its terms hold erased words.
+            found = yield _Q(
+                f"SELECT rowid FROM {self.t('messages')} WHERE rowid = ANY(%s) "
+                "ORDER BY rowid FOR KEY SHARE",
+                (borrowed,),
+            )
+            if len(found) != len(borrowed):
+                raise ConflictError("a context message was purged meanwhile; read it again")
+        pairs = {
+            (rowids[m.hash], msg_rowids[i])
+            for m in added
+            for i in m.context_messages
+            if i < len(msg_rowids)
+        }
+        pairs.update((rowids[m.hash], r) for m in added for r in m.context_rowids)
+        if pairs:
+            ordered = sorted(pairs)
+            yield _Q(
+                f"INSERT INTO {self.t('memory_context')} (memory_rowid, message_rowid) "
+                "SELECT * FROM unnest(%s::bigint[], %s::bigint[]) ON CONFLICT DO NOTHING",
+                ([p[0] for p in ordered], [p[1] for p in ordered]),
+                fetch="none",
+            )
 
     def insert_history_many(self, events: Sequence[HistoryEvent]) -> Tx[None]:
         got = yield _Q(
@@ -760,9 +807,10 @@ class _Flows:
         ts: datetime,
     ) -> Tx[None]:
         other = yield _Q(
-            f"SELECT id FROM {self.t('memories')} WHERE owner = %s AND hash = %s "
-            "AND deleted_at IS NULL AND id <> %s",
-            (owner, hash, row.id),
+            f"SELECT id FROM {self.t('memories')} WHERE hash = %s AND deleted_at IS NULL "
+            f"AND id <> %s AND partition = (SELECT partition FROM {self.t('memories')} "
+            "WHERE id = %s)",
+            (hash, row.id, row.id),
             fetch="one",
         )
         if other is not None:
@@ -996,16 +1044,17 @@ class _Flows:
             yield from self.upsert_entities(scope.owner, r.get("entities", []), stamp or _now())
             try:
                 row = yield _Q(
-                    f"INSERT INTO {self.t('memories')} (id, text, hash, owner, user_id, "
-                    "agent_id, run_id, actor_id, role, attributed_to, memory_type, metadata, "
-                    "created_at, updated_at, observed_at, expires_at, deleted_at, version, "
-                    "terms, embedding) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-                    "%s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING rowid",
+                    f"INSERT INTO {self.t('memories')} (id, text, hash, owner, partition, "
+                    "user_id, agent_id, run_id, actor_id, role, attributed_to, memory_type, "
+                    "metadata, created_at, updated_at, observed_at, expires_at, deleted_at, "
+                    "version, terms, embedding) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                    "%s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING rowid",
                     (
                         r["id"],
                         r["memory"],
                         r["hash"],
                         scope.owner,
+                        visible_scope(scope).partition,
                         scope.user_id,
                         scope.agent_id,
                         scope.run_id,
@@ -1027,8 +1076,8 @@ class _Flows:
                 )
             except pg_errors.UniqueViolation as exc:
                 raise ImportFormatError(
-                    f"memory {r['id']!r} repeats the text of another live memory of "
-                    f"{scope.owner}; nothing was imported"
+                    f"memory {r['id']!r} repeats the text of another live memory of the "
+                    f"same scope ({scope.owner}); nothing was imported"
                 ) from exc
             rowid = int(row[0])
             rowids[r["id"]] = rowid
@@ -1076,6 +1125,7 @@ class _Flows:
                 "memory_links",
                 "memory_entities",
                 "memory_sources",
+                "memory_context",
                 "memory_scope",
                 "failure_messages",
                 "extraction_failures",
@@ -1203,19 +1253,20 @@ class _Flows:
     def recent_messages(self, scope: Scope, limit: int) -> Tx[list[NewMessage]]:
         clause = " AND ".join(f"{k} = %s" for k, _ in scope.items())
         rows = yield _Q(
-            f"SELECT role, content, name, observed_at FROM {self.t('messages')} WHERE {clause} "
-            "ORDER BY rowid DESC LIMIT %s",
+            f"SELECT role, content, name, observed_at, rowid FROM {self.t('messages')} "
+            f"WHERE {clause} ORDER BY rowid DESC LIMIT %s",
             [*(v for _, v in scope.items()), limit],
         )
-        return [NewMessage(r[0], r[1], r[2], _iso(r[3])) for r in reversed(rows)]
+        return [NewMessage(r[0], r[1], r[2], _iso(r[3]), rowid=int(r[4])) for r in reversed(rows)]
 
-    def existing_hashes(self, owner: str, hashes: Sequence[str]) -> Tx[set[str]]:
+    def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> Tx[set[str]]:
         if not hashes:
             return set()
+        clause, params = self.scope_clause(visible)
         rows = yield _Q(
-            f"SELECT hash FROM {self.t('memories')} WHERE owner = %s AND deleted_at IS NULL "
-            "AND hash = ANY(%s)",
-            (owner, list(hashes)),
+            f"SELECT DISTINCT m.hash FROM {self.t('memories')} m WHERE m.deleted_at IS NULL "
+            f"AND m.hash = ANY(%s) AND {clause}",
+            (list(hashes), *params),
         )
         return {r[0] for r in rows}
 
@@ -1750,11 +1801,12 @@ class PostgresStore:
         *,
         source_rowids: Sequence[int] = (),
         resolve_failure: int | None = None,
+        visible: Scope | None = None,
     ) -> list[AddOutcome]:
         """Store messages and memories in one transaction; repeats become NONE."""
         return self._run(
             lambda: self.flows.add(
-                memories, messages, scope, actor, source_rowids, resolve_failure
+                memories, messages, scope, actor, source_rowids, resolve_failure, visible
             ),
             write=True,
         )
@@ -1783,10 +1835,10 @@ class PostgresStore:
         """The last ``limit`` raw messages of a scope, oldest first."""
         return self._run(lambda: self.flows.recent_messages(scope, limit), write=False, single=True)
 
-    def existing_hashes(self, owner: str, hashes: Sequence[str]) -> set[str]:
+    def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> set[str]:
         """Which of ``hashes`` a live memory of ``owner`` already has."""
         return self._run(
-            lambda: self.flows.existing_hashes(owner, hashes), write=False, single=True
+            lambda: self.flows.existing_hashes(visible, hashes), write=False, single=True
         )
 
     def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryRow | None:
@@ -2067,11 +2119,12 @@ class AsyncPostgresStore:
         *,
         source_rowids: Sequence[int] = (),
         resolve_failure: int | None = None,
+        visible: Scope | None = None,
     ) -> list[AddOutcome]:
         """See :meth:`PostgresStore.add`."""
         return await self._run(
             lambda: self.flows.add(
-                memories, messages, scope, actor, source_rowids, resolve_failure
+                memories, messages, scope, actor, source_rowids, resolve_failure, visible
             ),
             write=True,
         )
@@ -2110,10 +2163,10 @@ class AsyncPostgresStore:
             lambda: self.flows.recent_messages(scope, limit), write=False, single=True
         )
 
-    async def existing_hashes(self, owner: str, hashes: Sequence[str]) -> set[str]:
+    async def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> set[str]:
         """See :meth:`PostgresStore.existing_hashes`."""
         return await self._run(
-            lambda: self.flows.existing_hashes(owner, hashes), write=False, single=True
+            lambda: self.flows.existing_hashes(visible, hashes), write=False, single=True
         )
 
     async def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryRow | None:

@@ -161,7 +161,28 @@ CREATE INDEX history_memory ON {s}.history (memory_id, rowid);
 INSERT INTO {s}.meta (key, value) VALUES ('epoch', '0') ON CONFLICT DO NOTHING;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+# Version 2: visibility and provenance; see sqlite_schema.py's _V2 for why.
+_V2 = """
+ALTER TABLE {s}.memories ADD COLUMN partition text NOT NULL DEFAULT '';
+UPDATE {s}.memories SET partition =
+    coalesce('u' || length(user_id) || ':' || user_id, '')
+    || coalesce('a' || length(agent_id) || ':' || agent_id, '')
+    || CASE WHEN user_id IS NULL AND agent_id IS NULL
+            THEN 'r' || length(run_id) || ':' || run_id ELSE '' END;
+DROP INDEX {s}.memories_owner_hash;
+CREATE UNIQUE INDEX memories_partition_hash ON {s}.memories (partition, hash)
+    WHERE deleted_at IS NULL;
+CREATE INDEX memories_hash ON {s}.memories (hash);
+
+CREATE TABLE {s}.memory_context (
+    memory_rowid  bigint NOT NULL REFERENCES {s}.memories (rowid) ON DELETE CASCADE,
+    message_rowid bigint NOT NULL REFERENCES {s}.messages (rowid) ON DELETE CASCADE,
+    PRIMARY KEY (memory_rowid, message_rowid)
+);
+CREATE INDEX memory_context_message ON {s}.memory_context (message_rowid);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 """``MIGRATIONS[i]`` takes a schema from version ``i`` to ``i + 1``."""
 
 LATEST = len(MIGRATIONS)

@@ -42,6 +42,14 @@ from engramdb.errors import (
     SchemaVersionError,
     StoreError,
 )
+from engramdb.stores._erasure import (
+    ErasureFacts,
+    ErasurePlan,
+    NeighbourFacts,
+    check_terms,
+    plan_erasure,
+    purge_with,
+)
 from engramdb.stores._history import (
     attach_event,
     delete_event,
@@ -60,6 +68,7 @@ from engramdb.stores.base import (
     NewMessage,
     RestorePlan,
     Scope,
+    visible_scope,
 )
 from engramdb.stores.sqlite_schema import LATEST, MIGRATIONS
 
@@ -294,15 +303,23 @@ class SQLiteStore:
         *,
         source_rowids: Sequence[int] = (),
         resolve_failure: int | None = None,
+        visible: Scope | None = None,
     ) -> list[AddOutcome]:
         """Store messages and memories in one transaction; repeats become NONE.
 
+        A repeat is a live memory with the same hash that ``visible`` (the
+        caller's visible scope; :func:`visible_scope` of ``scope`` when not
+        given) sees, preferably one of its own partition; anything else is
+        stored anew in that partition (see :attr:`Scope.partition`).
         ``source_messages`` of a memory index the new ``messages`` followed by
         ``source_rowids`` (messages stored earlier, e.g. by a failed
         extraction that ``resolve_failure`` now marks resolved).
         """
         now = utc_now()
         owner = scope.owner
+        sees = visible or visible_scope(scope)
+        partition = sees.partition
+        sees_sql, sees_params = _scope_clause(sees)
         outcomes: list[AddOutcome] = []
         with self._write() as con, self._translate():
             seq = self._bump(con)
@@ -314,9 +331,10 @@ class SQLiteStore:
                 )
             for mem in memories:
                 existing = con.execute(
-                    "SELECT rowid, id, text, agent_id, run_id FROM memories "
-                    "WHERE owner = ? AND hash = ? AND deleted_at IS NULL",
-                    (owner, mem.hash),
+                    "SELECT m.rowid, m.id, m.text, m.agent_id, m.run_id FROM memories m "
+                    f"WHERE m.hash = ? AND m.deleted_at IS NULL AND {sees_sql} "
+                    "ORDER BY m.partition <> ?, m.rowid LIMIT 1",
+                    (mem.hash, *sees_params, partition),
                 ).fetchone()
                 if existing is not None:
                     outcomes.append(self._attach_session(con, existing, scope, seq, actor, now))
@@ -326,15 +344,16 @@ class SQLiteStore:
                     # it was deleted since. Roll back; the caller retries with vectors.
                     raise ConflictError(f"memory text {mem.text[:40]!r} changed concurrently")
                 cur = con.execute(
-                    "INSERT INTO memories(id, text, hash, owner, user_id, agent_id, run_id, "
-                    "actor_id, role, attributed_to, memory_type, metadata, created_at, "
+                    "INSERT INTO memories(id, text, hash, owner, partition, user_id, agent_id, "
+                    "run_id, actor_id, role, attributed_to, memory_type, metadata, created_at, "
                     "updated_at, observed_at, expires_at, version, seq) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
                     (
                         mem.id,
                         mem.text,
                         mem.hash,
                         owner,
+                        partition,
                         scope.user_id,
                         scope.agent_id,
                         scope.run_id,
@@ -364,6 +383,7 @@ class SQLiteStore:
                     "VALUES (?, ?)",
                     [(rowid, msg_rowids[i]) for i in mem.source_messages if i < len(msg_rowids)],
                 )
+                self._insert_context(con, rowid, mem, msg_rowids)
                 for link in mem.links:
                     con.execute(
                         "INSERT OR IGNORE INTO memory_links(from_rowid, to_rowid, kind, "
@@ -386,6 +406,27 @@ class SQLiteStore:
                 self._insert_history(con, event)
                 outcomes.append(AddOutcome(mem.id, mem.text, "ADD", event))
         return outcomes
+
+    @staticmethod
+    def _insert_context(
+        con: sqlite3.Connection, rowid: int, mem: NewMemory, msg_rowids: Sequence[int]
+    ) -> None:
+        """Record the messages whose words the memory's terms borrow (erasure provenance)."""
+        borrowed = sorted(set(mem.context_rowids))
+        if borrowed:
+            found = con.execute(
+                "SELECT count(*) FROM messages WHERE rowid IN (SELECT value FROM json_each(?))",
+                (json.dumps(borrowed),),
+            ).fetchone()[0]
+            if found != len(borrowed):
+                # Purged since the caller read them: its terms hold erased words.
+                raise ConflictError("a context message was purged meanwhile; read it again")
+        pairs = {(rowid, msg_rowids[i]) for i in mem.context_messages if i < len(msg_rowids)}
+        pairs.update((rowid, r) for r in borrowed)
+        con.executemany(
+            "INSERT OR IGNORE INTO memory_context(memory_rowid, message_rowid) VALUES (?, ?)",
+            sorted(pairs),
+        )
 
     @staticmethod
     def _insert_messages(
@@ -472,11 +513,11 @@ class SQLiteStore:
         clause = " AND ".join(f"{k} = ?" for k, _ in scope.items())
         with self._read() as con:
             rows = con.execute(
-                f"SELECT role, content, name, observed_at FROM messages WHERE {clause} "
+                f"SELECT role, content, name, observed_at, rowid FROM messages WHERE {clause} "
                 "ORDER BY rowid DESC LIMIT ?",
                 [*(v for _, v in scope.items()), limit],
             ).fetchall()
-        return [NewMessage(r[0], r[1], r[2], r[3]) for r in reversed(rows)]
+        return [NewMessage(r[0], r[1], r[2], r[3], rowid=r[4]) for r in reversed(rows)]
 
     def _attach_session(
         self,
@@ -610,8 +651,8 @@ class SQLiteStore:
             )
         except sqlite3.IntegrityError as exc:
             other = con.execute(
-                "SELECT id FROM memories WHERE hash = ? AND deleted_at IS NULL AND owner = "
-                "(SELECT owner FROM memories WHERE id = ?)",
+                "SELECT id FROM memories WHERE hash = ? AND deleted_at IS NULL AND partition = "
+                "(SELECT partition FROM memories WHERE id = ?)",
                 (hash, memory_id),
             ).fetchone()
             raise DuplicateMemoryError(memory_id, other[0] if other else None) from exc
@@ -762,61 +803,166 @@ class SQLiteStore:
         return new, event
 
     def purge(self, *, memory_id: str | None = None, scope: Scope | None = None) -> int:
-        """Erase memories, their history and source messages; returns how many memories.
+        """Erase memories for good, with everything derived from them; returns how many.
 
-        The raw messages a purged memory came from go too, since they hold the
-        same words. Afterwards the keyword index is rewritten and the WAL
-        truncated, so the erased text is in neither free pages nor the log.
+        :meth:`plan_purge`, then the re-index terms, then :meth:`apply_purge`
+        (planned again if a write came between). ``Memory.purge`` runs the same
+        steps as a flow.
         """
+        return purge_with(self, memory_id=memory_id, scope=scope)
+
+    def plan_purge(
+        self, *, memory_id: str | None = None, scope: Scope | None = None
+    ) -> ErasurePlan:
+        """What a purge of one memory or of a scope erases (stores/_erasure.py)."""
+        with self._read() as con:
+            facts = self._erasure_facts(con, memory_id, scope)
+        return plan_erasure(facts, memory_id=memory_id, scope=scope)
+
+    def apply_purge(self, plan: ErasurePlan, terms: dict[int, str]) -> int:
+        """Execute a purge plan in one transaction, then scrub the file.
+
+        The facts are read again under the write lock; a plan they no longer
+        give raises ConflictError. Afterwards the keyword index is rewritten
+        and the WAL truncated, and ``secure_delete`` has zeroed the freed
+        content, so the erased text is in no page, free page or log.
+        """
+        check_terms(plan, terms)
         with self._write() as con, self._translate():
-            if memory_id is not None:
-                rows = con.execute(
-                    "SELECT rowid, id, owner FROM memories WHERE id = ?", (memory_id,)
-                ).fetchall()
-                if not rows:
-                    raise MemoryNotFoundError(memory_id)
-                messages = con.execute(
-                    "SELECT message_rowid FROM memory_sources WHERE memory_rowid = ?",
-                    (rows[0][0],),
-                ).fetchall()
-            else:
-                assert scope is not None
-                clause, params = _scope_clause(scope)
-                rows = con.execute(
-                    f"SELECT m.rowid, m.id, m.owner FROM memories m WHERE {clause}", params
-                ).fetchall()
-                msg_clause = " AND ".join(f"{k} = ?" for k, _ in scope.items())
-                messages = con.execute(
-                    f"SELECT rowid FROM messages WHERE {msg_clause}",
-                    [v for _, v in scope.items()],
-                ).fetchall()
-                messages += con.execute(
-                    "SELECT s.message_rowid FROM memory_sources s JOIN memories m "
-                    f"ON m.rowid = s.memory_rowid WHERE {clause}",
-                    params,
-                ).fetchall()
-            if scope is not None:
-                con.execute(
-                    f"DELETE FROM extraction_failures WHERE {msg_clause}",
-                    [v for _, v in scope.items()],
-                )
-            owners = {r[2] for r in rows}
-            for rowid, mid, _owner in rows:
-                con.execute("DELETE FROM history WHERE memory_id = ?", (mid,))
-                con.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
-                con.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
-            con.executemany(
-                "DELETE FROM messages WHERE rowid = ?", [(m[0],) for m in set(messages)]
+            now = plan_erasure(
+                self._erasure_facts(con, plan.memory_id, plan.scope),
+                memory_id=plan.memory_id,
+                scope=plan.scope,
             )
-            for owner in owners:
-                con.execute(
-                    "DELETE FROM entities WHERE owner = ? AND rowid NOT IN "
-                    "(SELECT entity_rowid FROM memory_entities)",
-                    (owner,),
-                )
+            if now != plan:
+                raise ConflictError("what the purge covers changed since it was planned")
+            if not plan.touched:
+                return 0
+            seq = self._bump(con)
+
+            def each(sql: str, values: Sequence[Any]) -> None:
+                if values:
+                    con.execute(sql.format(ids="(SELECT value FROM json_each(?))"), (
+                        json.dumps(list(values)),
+                    ))
+
+            each("DELETE FROM history WHERE memory_id IN {ids}", plan.memory_ids)
+            for table, column in (
+                ("memory_vectors", "memory_rowid"),
+                ("memory_entities", "memory_rowid"),
+                ("memory_sources", "memory_rowid"),
+                ("memory_context", "memory_rowid"),
+                ("memory_scope", "memory_rowid"),
+                ("memory_links", "from_rowid"),
+                ("memory_links", "to_rowid"),
+                ("memory_fts", "rowid"),
+                ("memories", "rowid"),
+            ):
+                each(f"DELETE FROM {table} WHERE {column} IN {{ids}}", plan.memory_rowids)
+            for table in ("memory_sources", "memory_context", "failure_messages"):
+                each(f"DELETE FROM {table} WHERE message_rowid IN {{ids}}", plan.messages)
+            each("DELETE FROM failure_messages WHERE failure_rowid IN {ids}", plan.failures)
+            each("DELETE FROM extraction_failures WHERE rowid IN {ids}", plan.failures)
+            each("DELETE FROM messages WHERE rowid IN {ids}", plan.messages)
+            # Stamped with the new seq as well as covered by the epoch bump below,
+            # so a cache that somehow kept its epoch still re-reads them.
+            con.executemany(
+                "UPDATE memory_fts SET terms = ? WHERE rowid = ?",
+                [(t, rowid) for rowid, t in sorted(terms.items())],
+            )
+            con.executemany(
+                "UPDATE memories SET seq = ? WHERE rowid = ?", [(seq, r) for r in sorted(terms)]
+            )
+            each("DELETE FROM memory_entities WHERE entity_rowid IN {ids}", plan.entities)
+            each("DELETE FROM entities WHERE rowid IN {ids}", plan.entities)
+            # Rows that vanish cannot be seen by a catch-up by seq: every process
+            # drops its caches when the epoch moves.
             con.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'epoch'")
         self._scrub()
-        return len(rows)
+        return len(plan.memory_rowids)
+
+    def _erasure_facts(
+        self, con: sqlite3.Connection, memory_id: str | None, scope: Scope | None
+    ) -> ErasureFacts:
+        """The provenance rows around what a purge names (see ErasureFacts)."""
+
+        def rows(sql: str, *params: Any) -> list[tuple[Any, ...]]:
+            return [tuple(r) for r in con.execute(sql, params).fetchall()]
+
+        def ids(values: Any) -> str:
+            return json.dumps(sorted(set(values)))
+
+        inside = "(SELECT value FROM json_each(?))"
+        scope_messages: list[int] = []
+        scope_failures: list[int] = []
+        if memory_id is not None:
+            memories = rows("SELECT rowid, id, owner FROM memories WHERE id = ?", memory_id)
+            if not memories:
+                raise MemoryNotFoundError(memory_id)
+        else:
+            assert scope is not None
+            clause, params = _scope_clause(scope)
+            memories = rows(f"SELECT m.rowid, m.id, m.owner FROM memories m WHERE {clause}", *params)
+            exact = " AND ".join(f"{k} = ?" for k, _ in scope.items())
+            values = [v for _, v in scope.items()]
+            scope_messages = [r[0] for r in rows(f"SELECT rowid FROM messages WHERE {exact}", *values)]
+            scope_failures = [
+                r[0] for r in rows(f"SELECT rowid FROM extraction_failures WHERE {exact}", *values)
+            ]
+        targets = ids(r[0] for r in memories)
+        sources = rows(
+            f"SELECT memory_rowid, message_rowid FROM memory_sources WHERE memory_rowid IN {inside}",
+            targets,
+        )
+        direct = ids([m for _, m in sources] + scope_messages)
+        kept = rows(
+            "SELECT failure_rowid, message_rowid FROM failure_messages WHERE failure_rowid IN "
+            f"(SELECT failure_rowid FROM failure_messages WHERE message_rowid IN {inside}) "
+            f"OR failure_rowid IN {inside}",
+            direct,
+            ids(scope_failures),
+        )
+        sources += rows(
+            "SELECT memory_rowid, message_rowid FROM memory_sources WHERE message_rowid IN "
+            f"{inside}",
+            ids(m for _, m in kept),
+        )
+        candidates = ids([m for _, m in sources] + scope_messages + [m for _, m in kept])
+        context = rows(
+            "SELECT c.memory_rowid, c.message_rowid, g.content FROM memory_context c "
+            "JOIN messages g ON g.rowid = c.message_rowid WHERE c.memory_rowid IN "
+            f"(SELECT memory_rowid FROM memory_context WHERE message_rowid IN {inside}) "
+            "ORDER BY c.memory_rowid, c.message_rowid",
+            candidates,
+        )
+        neighbours = [
+            NeighbourFacts(rowid, text, terms or "", [(m, c) for r, m, c in context if r == rowid])
+            for rowid, text, terms in rows(
+                "SELECT m.rowid, m.text, f.terms FROM memories m LEFT JOIN memory_fts f "
+                f"ON f.rowid = m.rowid WHERE m.rowid IN {inside} ORDER BY m.rowid",
+                ids(r for r, _, _ in context),
+            )
+        ]
+        entity_links = rows(
+            "SELECT entity_rowid, memory_rowid FROM memory_entities WHERE entity_rowid IN "
+            f"(SELECT entity_rowid FROM memory_entities WHERE memory_rowid IN {inside})",
+            targets,
+        )
+        orphans = rows(
+            f"SELECT e.rowid FROM entities e WHERE e.owner IN {inside} AND NOT EXISTS "
+            "(SELECT 1 FROM memory_entities x WHERE x.entity_rowid = e.rowid)",
+            ids(r[2] for r in memories),
+        )
+        return ErasureFacts(
+            memories=[(int(r[0]), str(r[1]), str(r[2])) for r in memories],
+            scope_messages=scope_messages,
+            scope_failures=scope_failures,
+            sources=[(int(a), int(b)) for a, b in sources],
+            failure_messages=[(int(a), int(b)) for a, b in kept],
+            neighbours=neighbours,
+            entity_links=[(int(a), int(b)) for a, b in entity_links],
+            orphan_entities=[int(r[0]) for r in orphans],
+        )
 
     def _scrub(self) -> None:
         """Leave no copy of erased text in FTS segments or the write-ahead log."""
@@ -857,15 +1003,16 @@ class SQLiteStore:
                 scope = Scope(r.get("user_id"), r.get("agent_id"), r.get("run_id"))
                 try:
                     cur = con.execute(
-                        "INSERT INTO memories(id, text, hash, owner, user_id, agent_id, run_id, "
-                        "actor_id, role, attributed_to, memory_type, metadata, created_at, "
-                        "updated_at, observed_at, expires_at, deleted_at, version, seq) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO memories(id, text, hash, owner, partition, user_id, "
+                        "agent_id, run_id, actor_id, role, attributed_to, memory_type, metadata, "
+                        "created_at, updated_at, observed_at, expires_at, deleted_at, version, "
+                        "seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             r["id"],
                             r["memory"],
                             r["hash"],
                             scope.owner,
+                            visible_scope(scope).partition,
                             scope.user_id,
                             scope.agent_id,
                             scope.run_id,
@@ -885,8 +1032,8 @@ class SQLiteStore:
                     )
                 except sqlite3.IntegrityError as exc:
                     raise ImportFormatError(
-                        f"memory {r['id']!r} repeats the text of another live memory of "
-                        f"{scope.owner}; nothing was imported"
+                        f"memory {r['id']!r} repeats the text of another live memory of the "
+                        f"same scope ({scope.owner}); nothing was imported"
                     ) from exc
                 rowid = int(cur.lastrowid or 0)
                 rowids[r["id"]] = rowid
@@ -938,6 +1085,7 @@ class SQLiteStore:
                 "memory_links",
                 "memory_entities",
                 "memory_sources",
+                "memory_context",
                 "memory_scope",
                 "memory_vectors",
                 "failure_messages",
@@ -1001,17 +1149,18 @@ class SQLiteStore:
                 by_rowid[rowid].linked_ids.append(linked)
         return out
 
-    def existing_hashes(self, owner: str, hashes: Sequence[str]) -> set[str]:
-        """Which of ``hashes`` a live memory of ``owner`` already has."""
+    def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> set[str]:
+        """Which of ``hashes`` a live memory that ``visible`` sees already has."""
         found: set[str] = set()
+        clause, params = _scope_clause(visible)
         with self._read() as con:
-            for chunk in _chunks(list(hashes), 500):
+            for chunk in _chunks(list(hashes), 400):
                 found.update(
                     r[0]
                     for r in con.execute(
-                        "SELECT hash FROM memories WHERE owner = ? AND deleted_at IS NULL "
-                        f"AND hash IN ({','.join('?' * len(chunk))})",
-                        [owner, *chunk],
+                        "SELECT DISTINCT m.hash FROM memories m WHERE m.deleted_at IS NULL "
+                        f"AND m.hash IN ({','.join('?' * len(chunk))}) AND {clause}",
+                        [*chunk, *params],
                     )
                 )
         return found

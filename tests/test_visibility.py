@@ -1,0 +1,178 @@
+"""One visibility rule, enforced in the flows: what a scoped caller can never reach.
+
+A view bound to ``{user_id: alice, agent_id: coach}`` (what a server key of
+that scope runs through) must not learn of, change or attach to alice's other
+memories through any path: by id, listing, search, the extraction context
+shown to the LLM, dedup, links, consolidation targets, ``expand_links`` and
+``timeline``. The LLM here is hostile: it names every id it was shown, small
+ids it was not, and the victim's real ids.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engramdb import Memory, MemoryNotFoundError, ScopeError
+from engramdb.embedders import LocalEmbedder
+from engramdb.llms import make_llm
+from openai_wire import RecordedRequest, WireServer
+
+SECRET = "My therapist is Dr. Lee"
+
+
+def wire_llm(server: WireServer) -> Any:
+    return make_llm(
+        "openai_compatible",
+        {"base_url": server.base_url, "model": "test-model", "max_retries": 0},
+    )
+
+
+@pytest.fixture(params=["additive", "consolidate"])
+def lmem(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    embedder: LocalEmbedder,
+    openai_server: WireServer,
+) -> Iterator[Memory]:
+    cfg = {"extraction": {"mode": request.param}}
+    with Memory(tmp_path / "v.db", cfg, embedder=embedder, llm=wire_llm(openai_server)) as m:
+        yield m
+
+
+def prompts(server: WireServer) -> str:
+    return "\n".join(json.dumps(r.messages) for r in server.chat_requests)
+
+
+def hostile(victims: list[str]) -> Any:
+    """A reply naming every id 0..30 and the victims' real ids, in both reply shapes."""
+
+    def handler(req: RecordedRequest) -> str:
+        schema = json.dumps((req.json or {}).get("response_format", {}))
+        ids = [str(i) for i in range(31)] + victims
+        if '"facts"' in schema:
+            return json.dumps({"facts": ["Alice sees a therapist", "Alice likes long walks"]})
+        if '"event"' in schema:
+            ops: list[dict[str, Any]] = []
+            for i in ids:
+                ops.append({"id": i, "event": "UPDATE", "text": "rewritten by coach"})
+                ops.append({"id": i, "event": "DELETE"})
+                ops.append({"id": i, "event": "NONE"})
+            ops.append({"event": "ADD", "text": SECRET})
+            return json.dumps({"memory": ops})
+        return json.dumps(
+            {
+                "memory": [
+                    {"text": SECRET, "attributed_to": "user", "linked_memory_ids": ids},
+                    {
+                        "text": "Alice likes long walks",
+                        "attributed_to": "user",
+                        "linked_memory_ids": ids,
+                    },
+                ]
+            }
+        )
+
+    return handler
+
+
+def test_a_coach_view_reaches_nothing_of_alices_other_memories(
+    lmem: Memory, openai_server: WireServer
+) -> None:
+    secret = lmem.add(SECRET, user_id="alice", infer=False)["results"][0]["id"]
+    doctor = lmem.add("Alice takes sertraline", user_id="alice", agent_id="doctor", infer=False)
+    doctor_id = doctor["results"][0]["id"]
+    before = {mid: lmem.history(mid) for mid in (secret, doctor_id)}
+    coach = lmem.scoped(user_id="alice", agent_id="coach")
+    openai_server.handler = hostile([secret, doctor_id])
+
+    out = coach.add("I told you about my therapist, Dr. Lee", run_id="s1")
+
+    sent = prompts(openai_server)
+    assert openai_server.chat_requests, "the LLM was never called"
+    # (a) nothing of the victim's memories (text or id) was shown to the LLM
+    for needle in (SECRET, secret, doctor_id, "sertraline"):
+        assert needle not in sent
+    # (b) nothing was changed, (c) the repeat is a fresh ADD with a new id, (d) no attach
+    results = out["results"]
+    assert all(r["id"] not in (secret, doctor_id) for r in results)
+    assert all("previous_memory" not in r for r in results)
+    assert {r["event"] for r in results} <= {"ADD"}
+    for mid in (secret, doctor_id):
+        assert lmem.history(mid) == before[mid]
+        row = lmem.get(mid)
+        assert row is not None and "agent_ids" not in row and "run_ids" not in row
+    assert lmem.get(secret)["memory"] == SECRET  # type: ignore[index]
+    # the coach's own memories link only to what it could see
+    listing = coach.get_all()["results"]
+    assert {r["id"] for r in listing}.isdisjoint({secret, doctor_id})
+    for r in listing:
+        assert set(r["linked_memory_ids"]).isdisjoint({secret, doctor_id})
+    hits = coach.search("therapist Dr. Lee", expand_links=True)["results"]
+    assert {h["id"] for h in hits}.isdisjoint({secret, doctor_id})
+    for mine in listing:
+        assert {t["id"] for t in coach.timeline(mine["id"])}.isdisjoint({secret, doctor_id})
+
+
+def test_a_second_add_by_the_coach_is_deduped_against_its_own_memory_only(
+    lmem: Memory, openai_server: WireServer
+) -> None:
+    secret = lmem.add(SECRET, user_id="alice", infer=False)["results"][0]["id"]
+    coach = lmem.scoped(user_id="alice", agent_id="coach")
+    first = coach.add(SECRET, run_id="s1", infer=False)["results"][0]
+    assert first["event"] == "ADD" and first["id"] != secret
+    again = coach.add(SECRET, run_id="s2", infer=False)["results"][0]
+    assert (again["event"], again["id"]) == ("NONE", first["id"])
+    assert coach.get(first["id"])["run_ids"] == ["s1", "s2"]  # type: ignore[index]
+    # alice's unbound view sees both, and her own repeat attaches to her own copy
+    mine = lmem.add(SECRET, user_id="alice", run_id="s3", infer=False)["results"][0]
+    assert (mine["event"], mine["id"]) == ("NONE", secret)
+
+
+def test_by_id_calls_of_a_view_treat_a_hidden_memory_as_missing(mem: Memory) -> None:
+    secret = mem.add(SECRET, user_id="alice", infer=False)["results"][0]["id"]
+    other = mem.add("Bob's PIN is 4711", user_id="bob", infer=False)["results"][0]["id"]
+    coach = mem.scoped(user_id="alice", agent_id="coach")
+    for mid in (secret, other):
+        assert coach.get(mid) is None
+        for call in (
+            lambda: coach.update(mid, "changed"),
+            lambda: coach.delete(mid),
+            lambda: coach.history(mid),
+            lambda: coach.restore(mid),
+            lambda: coach.timeline(mid),
+            lambda: coach.purge(mid),
+        ):
+            with pytest.raises(MemoryNotFoundError):
+                call()
+    assert mem.get(secret)["memory"] == SECRET  # type: ignore[index]
+    assert [h["event"] for h in mem.history(secret)] == ["ADD"]
+    assert coach.get_all()["results"] == []
+    assert coach.search("therapist")["results"] == []
+    assert [r for r in coach.export() if "id" in r] == []
+    # the view's own ids are filled in; naming another value is refused
+    with pytest.raises(ScopeError, match="bound to user_id"):
+        coach.get_all(user_id="bob")
+    with pytest.raises(ScopeError, match="bound to agent_id"):
+        coach.add("x", agent_id="doctor", infer=False)
+    with pytest.raises(ScopeError, match="whole store"):
+        coach.reset()
+    # a view of a view only narrows, and closing a view leaves the store open
+    run_view = coach.scoped(run_id="r1")
+    assert run_view.within is not None and run_view.within.run_id == "r1"
+    run_view.close()
+    assert mem.get(secret) is not None
+
+
+def test_a_run_bound_view_sees_its_run_only(mem: Memory) -> None:
+    r2 = mem.add("Alice's passport is in the drawer", user_id="alice", run_id="r2", infer=False)
+    hidden = r2["results"][0]["id"]
+    view = mem.scoped(user_id="alice", run_id="r1")
+    out = view.add("Alice's passport is in the drawer", infer=False)["results"][0]
+    assert out["event"] == "ADD" and out["id"] != hidden
+    assert "run_ids" not in mem.get(hidden)  # type: ignore[operator]
+    assert [r["id"] for r in view.get_all()["results"]] == [out["id"]]
