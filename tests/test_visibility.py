@@ -10,16 +10,25 @@ ids it was not, and the victim's real ids.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
-from engramdb import Memory, MemoryNotFoundError, ScopeError
+from engramdb import AsyncMemory, Memory, MemoryNotFoundError, ScopeError
 from engramdb.embedders import LocalEmbedder
 from engramdb.llms import make_llm
+from engramdb.stores import make_store
+from engramdb.stores.base import Scope, visible_scope
+from engramdb.stores.postgres_schema import BOOTSTRAP as PG_BOOTSTRAP
+from engramdb.stores.postgres_schema import MIGRATIONS as PG_MIGRATIONS
+from engramdb.stores.sqlite import _split_sql
+from engramdb.stores.sqlite_schema import MIGRATIONS as SQLITE_MIGRATIONS
 from openai_wire import RecordedRequest, WireServer
 
 SECRET = "My therapist is Dr. Lee"
@@ -139,16 +148,16 @@ def test_by_id_calls_of_a_view_treat_a_hidden_memory_as_missing(mem: Memory) -> 
     coach = mem.scoped(user_id="alice", agent_id="coach")
     for mid in (secret, other):
         assert coach.get(mid) is None
-        for call in (
-            lambda: coach.update(mid, "changed"),
-            lambda: coach.delete(mid),
-            lambda: coach.history(mid),
-            lambda: coach.restore(mid),
-            lambda: coach.timeline(mid),
-            lambda: coach.purge(mid),
+        for name, args in (
+            ("update", (mid, "changed")),
+            ("delete", (mid,)),
+            ("history", (mid,)),
+            ("restore", (mid,)),
+            ("timeline", (mid,)),
+            ("purge", (mid,)),
         ):
             with pytest.raises(MemoryNotFoundError):
-                call()
+                getattr(coach, name)(*args)
     assert mem.get(secret)["memory"] == SECRET  # type: ignore[index]
     assert [h["event"] for h in mem.history(secret)] == ["ADD"]
     assert coach.get_all()["results"] == []
@@ -176,3 +185,88 @@ def test_a_run_bound_view_sees_its_run_only(mem: Memory) -> None:
     assert out["event"] == "ADD" and out["id"] != hidden
     assert "run_ids" not in mem.get(hidden)  # type: ignore[operator]
     assert [r["id"] for r in view.get_all()["results"]] == [out["id"]]
+
+
+_V1_SCOPES = [
+    Scope("alice"),
+    Scope("alice", "coach", "r1"),
+    Scope(agent_id="a|u5:x"),
+    Scope(run_id="r:1"),
+    Scope("Zoë 🦊", "Σ"),
+]
+
+
+def test_schema_v1_stores_get_the_same_partition_keys_as_new_writes(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    rows = [
+        (f"m{n}", f"{s.owner}#{n}", s.user_id, s.agent_id, s.run_id)
+        for n, s in enumerate(_V1_SCOPES)
+    ]
+    if backend == "sqlite":
+        path = tmp_path / "v1.db"
+        con = sqlite3.connect(path)
+        for statement in _split_sql(SQLITE_MIGRATIONS[0]):
+            con.execute(statement)
+        con.execute("PRAGMA user_version = 1")
+        con.executemany(
+            "INSERT INTO memories(id, text, hash, owner, user_id, agent_id, run_id, created_at, "
+            "updated_at, seq) VALUES (?, 'same text', 'h', ?, ?, ?, ?, 't', 't', 1)",
+            rows,
+        )
+        con.commit()
+        con.close()
+        store = make_store("sqlite", {"path": str(path)}, tmp_path)
+
+        def partitions() -> dict[str, str]:
+            with sqlite3.connect(path) as raw:
+                return dict(raw.execute("SELECT id, partition FROM memories").fetchall())
+    else:
+        config = request.getfixturevalue("pg_config")
+        schema = f'"{config["collection_name"]}"'
+        with psycopg.connect(config["url"], autocommit=True) as pg:
+            pg.execute(PG_BOOTSTRAP.format(s=schema))
+            pg.execute(PG_MIGRATIONS[0].format(s=schema))
+            pg.execute(f"INSERT INTO {schema}.meta VALUES ('schema_version', '1')")
+            with pg.cursor() as cur:
+                cur.executemany(
+                    f"INSERT INTO {schema}.memories (id, text, hash, owner, user_id, agent_id, "
+                    "run_id, created_at, updated_at) VALUES (%s, 'same text', 'h', %s, %s, %s, "
+                    "%s, now(), now())",
+                    rows,
+                )
+        store = make_store("postgres", config, tmp_path)
+
+        def partitions() -> dict[str, str]:
+            with psycopg.connect(config["url"]) as raw:
+                got = raw.execute(f"SELECT id, partition FROM {schema}.memories").fetchall()
+                return {r[0]: r[1] for r in got}
+
+    try:
+        assert partitions() == {
+            f"m{n}": visible_scope(s).partition for n, s in enumerate(_V1_SCOPES)
+        }
+        # a new write of one of these scopes repeats the migrated row
+        assert store.existing_hashes(visible_scope(_V1_SCOPES[4]), ["h"]) == {"h"}
+        assert store.existing_hashes(Scope("alice", "doctor"), ["h"]) == set()
+    finally:
+        store.close()
+
+
+def test_async_views_run_inside_their_scope_and_share_the_store(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    async def main() -> None:
+        async with AsyncMemory(tmp_path / "a.db", embedder=embedder) as m:
+            secret = (await m.add(SECRET, user_id="alice", infer=False))["results"][0]["id"]
+            coach = m.scoped(user_id="alice", agent_id="coach")
+            assert await coach.get(secret) is None
+            out = (await coach.add(SECRET, infer=False))["results"][0]
+            assert out["event"] == "ADD" and out["id"] != secret
+            with pytest.raises(MemoryNotFoundError):
+                await coach.delete(secret)
+            await coach.close()
+            assert (await m.get(secret)) is not None
+            assert len((await m.get_all(user_id="alice"))["results"]) == 2
+
+    asyncio.run(main())

@@ -73,6 +73,7 @@ from engramdb.search import (
     fuse,
     plan_query,
 )
+from engramdb.stores._erasure import PLAN_ATTEMPTS, ErasurePlan, reindexed_terms
 from engramdb.stores.base import (
     AddOutcome,
     EntityRef,
@@ -83,7 +84,6 @@ from engramdb.stores.base import (
     Scope,
     visible_scope,
 )
-from engramdb.stores._erasure import PLAN_ATTEMPTS, ErasurePlan, reindexed_terms
 from engramdb.stores.sqlite import utc_now
 
 __all__ = ["Operations", "event_dict", "item"]
@@ -409,9 +409,7 @@ class Operations:
         for attempt in range(2):
             said: list[tuple[str, int | None, int | None]] = []  # (content, rowid, index)
             if window:
-                earlier: list[NewMessage] = yield StoreCall(
-                    "recent_messages", (prep.scope, window)
-                )
+                earlier: list[NewMessage] = yield StoreCall("recent_messages", (prep.scope, window))
                 said = [(m.content, m.rowid, None) for m in earlier if m.role != "system"]
             new = []
             for i, msg in enumerate(prep.messages):

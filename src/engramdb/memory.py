@@ -339,9 +339,9 @@ class Memory(_Base):
         """Remember what matters from ``messages``.
 
         Returns ``{"results": [{"id", "memory", "event"}]}``: ``ADD`` for a new
-        memory, ``NONE`` for a text the owner (the user, else the agent, else
-        the run) already has — nothing is stored twice; a repeat from a new run
-        or agent attaches that session to the existing memory. With an LLM
+        memory, ``NONE`` for a text the call can already see (its user and
+        agent, across runs) — nothing is stored twice there; a repeat from a
+        new run attaches that run to the existing memory. With an LLM
         configured and ``infer=True``, one LLM call extracts self-contained
         memories (see docs/extraction.md); otherwise every non-system message
         is stored verbatim.

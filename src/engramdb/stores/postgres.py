@@ -67,6 +67,16 @@ from engramdb.errors import (
     StoreError,
     ValidationError,
 )
+from engramdb.stores._erasure import (
+    PLAN_ATTEMPTS,
+    ErasureFacts,
+    ErasurePlan,
+    NeighbourFacts,
+    check_terms,
+    plan_erasure,
+    purge_with,
+    reindexed_terms,
+)
 from engramdb.stores._history import (
     attach_event,
     delete_event,
@@ -118,6 +128,10 @@ _COLS = (
 _NCOLS = 21
 """Columns of ``_Flows.cols``: extra columns of a query come after these."""
 _WRITE_RETRIES = 8
+_VACUUM_FAILED = (
+    "the purge is committed, but VACUUM failed (%s): dead row versions may keep the "
+    "erased text until the next VACUUM of the store's tables"
+)
 _EMBEDDER_KEYS = ("embedder_model", "embedder_dim")
 
 
@@ -960,68 +974,185 @@ class _Flows:
         assert new is not None
         return new, event
 
-    def purge(self, memory_id: str | None, scope: Scope | None) -> Tx[int]:
-        msg_clause = ""
-        msg_params: list[Any] = []
+    def erasure_facts(self, memory_id: str | None, scope: Scope | None) -> Tx[ErasureFacts]:
+        """The provenance rows around what a purge names (see ErasureFacts)."""
+        scope_messages: list[int] = []
+        scope_failures: list[int] = []
         if memory_id is not None:
-            owners = [(yield from self.owner_of(memory_id))]
+            memories = yield _Q(
+                f"SELECT rowid, id, owner FROM {self.t('memories')} WHERE id = %s", (memory_id,)
+            )
+            if not memories:
+                raise MemoryNotFoundError(memory_id)
         else:
             assert scope is not None
             clause, params = self.scope_clause(scope)
+            memories = yield _Q(
+                f"SELECT m.rowid, m.id, m.owner FROM {self.t('memories')} m WHERE {clause}",
+                params,
+            )
+            exact = " AND ".join(f"{k} = %s" for k, _ in scope.items())
+            values = [v for _, v in scope.items()]
+            found = yield _Q(f"SELECT rowid FROM {self.t('messages')} WHERE {exact}", values)
+            scope_messages = [int(r[0]) for r in found]
             found = yield _Q(
-                f"SELECT DISTINCT owner FROM {self.t('memories')} m WHERE {clause}", params
+                f"SELECT rowid FROM {self.t('extraction_failures')} WHERE {exact}", values
             )
-            owners = sorted(r[0] for r in found)
-            msg_clause = " AND ".join(f"{k} = %s" for k, _ in scope.items())
-            msg_params = [v for _, v in scope.items()]
-        for owner in owners:
+            scope_failures = [int(r[0]) for r in found]
+        targets = sorted({int(r[0]) for r in memories})
+        sources = [
+            (int(a), int(b))
+            for a, b in (
+                yield _Q(
+                    f"SELECT memory_rowid, message_rowid FROM {self.t('memory_sources')} "
+                    "WHERE memory_rowid = ANY(%s)",
+                    (targets,),
+                )
+            )
+        ]
+        direct = sorted({m for _, m in sources} | set(scope_messages))
+        fm = self.t("failure_messages")
+        kept = [
+            (int(a), int(b))
+            for a, b in (
+                yield _Q(
+                    f"SELECT failure_rowid, message_rowid FROM {fm} WHERE failure_rowid IN "
+                    f"(SELECT failure_rowid FROM {fm} WHERE message_rowid = ANY(%s)) "
+                    "OR failure_rowid = ANY(%s)",
+                    (direct, scope_failures),
+                )
+            )
+        ]
+        kept_messages = sorted({m for _, m in kept})
+        if kept_messages:
+            sources += [
+                (int(a), int(b))
+                for a, b in (
+                    yield _Q(
+                        f"SELECT memory_rowid, message_rowid FROM {self.t('memory_sources')} "
+                        "WHERE message_rowid = ANY(%s)",
+                        (kept_messages,),
+                    )
+                )
+            ]
+        candidates = sorted(set(direct) | set(kept_messages))
+        mc = self.t("memory_context")
+        context = yield _Q(
+            f"SELECT c.memory_rowid, c.message_rowid, g.content FROM {mc} c "
+            f"JOIN {self.t('messages')} g ON g.rowid = c.message_rowid WHERE c.memory_rowid IN "
+            f"(SELECT memory_rowid FROM {mc} WHERE message_rowid = ANY(%s)) "
+            "ORDER BY c.memory_rowid, c.message_rowid",
+            (candidates,),
+        )
+        neighbours: list[NeighbourFacts] = []
+        borrowers = sorted({int(r[0]) for r in context})
+        if borrowers:
+            found = yield _Q(
+                f"SELECT rowid, text, terms FROM {self.t('memories')} WHERE rowid = ANY(%s) "
+                "ORDER BY rowid",
+                (borrowers,),
+            )
+            neighbours = [
+                NeighbourFacts(
+                    int(r[0]),
+                    r[1],
+                    r[2] or "",
+                    [(int(m), c) for n, m, c in context if int(n) == int(r[0])],
+                )
+                for r in found
+            ]
+        me = self.t("memory_entities")
+        links = yield _Q(
+            f"SELECT entity_rowid, memory_rowid FROM {me} WHERE entity_rowid IN "
+            f"(SELECT entity_rowid FROM {me} WHERE memory_rowid = ANY(%s))",
+            (targets,),
+        )
+        orphans = yield _Q(
+            f"SELECT e.rowid FROM {self.t('entities')} e WHERE e.owner = ANY(%s) AND NOT EXISTS "
+            f"(SELECT 1 FROM {me} x WHERE x.entity_rowid = e.rowid)",
+            (sorted({str(r[2]) for r in memories}),),
+        )
+        return ErasureFacts(
+            memories=[(int(r[0]), str(r[1]), str(r[2])) for r in memories],
+            scope_messages=scope_messages,
+            scope_failures=scope_failures,
+            sources=sources,
+            failure_messages=kept,
+            neighbours=neighbours,
+            entity_links=[(int(a), int(b)) for a, b in links],
+            orphan_entities=[int(r[0]) for r in orphans],
+        )
+
+    def plan_purge(self, memory_id: str | None, scope: Scope | None) -> Tx[ErasurePlan]:
+        facts = yield from self.erasure_facts(memory_id, scope)
+        return plan_erasure(facts, memory_id=memory_id, scope=scope)
+
+    def apply_purge(self, plan: ErasurePlan, terms: dict[int, str]) -> Tx[int]:
+        """Execute a plan: owners locked (exclusive), facts read again, rows erased."""
+        for owner in plan.owners:
             yield self.owner_lock(owner, exclusive=True)
-        if memory_id is not None:
-            rows = yield _Q(
-                f"SELECT rowid, id FROM {self.t('memories')} WHERE id = %s", (memory_id,)
-            )
-            if not rows:
-                raise MemoryNotFoundError(memory_id)
-        else:
-            rows = yield _Q(
-                f"SELECT m.rowid, m.id FROM {self.t('memories')} m WHERE {clause}", params
-            )
-        rowids = [int(r[0]) for r in rows]
-        messages = yield _Q(
-            f"SELECT message_rowid FROM {self.t('memory_sources')} WHERE memory_rowid = ANY(%s)",
-            (rowids,),
-        )
-        message_ids = {int(m[0]) for m in messages}
-        if scope is not None:
-            scoped = yield _Q(
-                f"SELECT rowid FROM {self.t('messages')} WHERE {msg_clause}", msg_params
-            )
-            message_ids |= {int(m[0]) for m in scoped}
+        facts = yield from self.erasure_facts(plan.memory_id, plan.scope)
+        if plan_erasure(facts, memory_id=plan.memory_id, scope=plan.scope) != plan:
+            raise ConflictError("what the purge covers changed since it was planned")
+        if not plan.touched:
+            return 0
+
+        def delete(table: str, column: str, values: Sequence[Any]) -> Iterator[_Q]:
+            if values:
+                yield _Q(
+                    f"DELETE FROM {self.t(table)} WHERE {column} = ANY(%s)",
+                    (list(values),),
+                    fetch="none",
+                )
+
+        yield from delete("history", "memory_id", plan.memory_ids)
+        for table, column in (
+            ("memory_entities", "memory_rowid"),
+            ("memory_sources", "memory_rowid"),
+            ("memory_context", "memory_rowid"),
+            ("memory_scope", "memory_rowid"),
+            ("memory_links", "from_rowid"),
+            ("memory_links", "to_rowid"),
+            ("memories", "rowid"),
+        ):
+            yield from delete(table, column, plan.memory_rowids)
+        for table in ("memory_sources", "memory_context", "failure_messages"):
+            yield from delete(table, "message_rowid", plan.messages)
+        yield from delete("failure_messages", "failure_rowid", plan.failures)
+        yield from delete("extraction_failures", "rowid", plan.failures)
+        yield from delete("messages", "rowid", plan.messages)
+        if terms:
+            planned = {r.rowid: r.terms for r in plan.reindex}
+            ordered = sorted(terms)
+            # Only where the terms are still the planned ones: a memory updated
+            # meanwhile got terms of its new text alone, which hold no erased words.
+            # The txid stamp makes every keyword cache re-read the row.
             yield _Q(
-                f"DELETE FROM {self.t('extraction_failures')} WHERE {msg_clause}",
-                msg_params,
+                f"UPDATE {self.t('memories')} m SET terms = u.terms, txid = pg_current_xact_id() "
+                "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS u(rowid, terms, old) "
+                "WHERE m.rowid = u.rowid AND m.terms = u.old",
+                (ordered, [terms[r] for r in ordered], [planned[r] for r in ordered]),
                 fetch="none",
             )
-        yield _Q(
-            f"DELETE FROM {self.t('history')} WHERE memory_id = ANY(%s)",
-            ([r[1] for r in rows],),
-            fetch="none",
-        )
-        yield _Q(f"DELETE FROM {self.t('memories')} WHERE rowid = ANY(%s)", (rowids,), fetch="none")
-        yield _Q(
-            f"DELETE FROM {self.t('messages')} WHERE rowid = ANY(%s)",
-            (sorted(message_ids),),
-            fetch="none",
-        )
-        if owners:
-            yield _Q(
-                f"DELETE FROM {self.t('entities')} e WHERE e.owner = ANY(%s) AND NOT EXISTS "
-                f"(SELECT 1 FROM {self.t('memory_entities')} x WHERE x.entity_rowid = e.rowid)",
-                (owners,),
-                fetch="none",
-            )
+        yield from delete("memory_entities", "entity_rowid", plan.entities)
+        yield from delete("entities", "rowid", plan.entities)
+        # Rows that vanish cannot be seen by a catch-up by txid: every process
+        # drops its caches when the epoch moves.
         yield self.bump_epoch()
-        return len(rows)
+        return len(plan.memory_rowids)
+
+    def vacuum_statements(self) -> list[str]:
+        """VACUUMs that remove the dead row versions of the tables a purge erases text from.
+
+        Only these tables hold text (the link tables hold row ids). Entities
+        need their index cleaned too (an index on the entity's name); the other
+        tables' indexes hold ids only, and index cleanup of the HNSW index would
+        cost a scan of the whole index for every purge.
+        """
+        text_tables = ", ".join(
+            self.t(n) for n in ("memories", "messages", "history", "extraction_failures")
+        )
+        return [f"VACUUM {text_tables}", f"VACUUM (INDEX_CLEANUP ON) {self.t('entities')}"]
 
     def bump_epoch(self) -> _Q:
         return _Q(
@@ -1933,13 +2064,37 @@ class PostgresStore:
         )
 
     def purge(self, *, memory_id: str | None = None, scope: Scope | None = None) -> int:
-        """Erase memories (and their history and source messages) for good.
+        """Erase memories for good, with everything derived from them; returns how many.
 
-        The rows are deleted in one transaction. PostgreSQL keeps dead row
-        versions until VACUUM reclaims them, and the WAL (and any backup or
-        replica) holds what was written; see docs/postgres.md.
+        :meth:`plan_purge`, then the re-index terms, then :meth:`apply_purge`
+        (planned again if a write came between).
         """
-        return self._run(lambda: self.flows.purge(memory_id, scope), write=True)
+        return purge_with(self, memory_id=memory_id, scope=scope)
+
+    def plan_purge(
+        self, *, memory_id: str | None = None, scope: Scope | None = None
+    ) -> ErasurePlan:
+        """What a purge of one memory or of a scope erases (stores/_erasure.py)."""
+        return self._run(lambda: self.flows.plan_purge(memory_id, scope), write=False)
+
+    def apply_purge(self, plan: ErasurePlan, terms: dict[int, str]) -> int:
+        """Execute a purge plan in one transaction, then VACUUM what held the text.
+
+        The dead row versions the deletes and re-indexes leave are removed by
+        VACUUM after the commit (it cannot run inside a transaction), unless an
+        older snapshot still open elsewhere in the cluster can see them; the WAL
+        and any backup or replica hold what was written (docs/postgres.md).
+        """
+        check_terms(plan, terms)
+        count = self._run(lambda: self.flows.apply_purge(plan, terms), write=True)
+        if plan.touched:
+            try:
+                with self.pool().connection() as con:
+                    for statement in self.flows.vacuum_statements():
+                        con.execute(statement)
+            except psycopg.Error as exc:
+                log.warning(_VACUUM_FAILED, exc)
+        return count
 
     def history(self, memory_id: str) -> list[HistoryEvent]:
         """Every event of a memory, oldest first."""
@@ -2264,7 +2419,33 @@ class AsyncPostgresStore:
 
     async def purge(self, *, memory_id: str | None = None, scope: Scope | None = None) -> int:
         """See :meth:`PostgresStore.purge`."""
-        return await self._run(lambda: self.flows.purge(memory_id, scope), write=True)
+        for attempt in range(PLAN_ATTEMPTS):
+            plan = await self.plan_purge(memory_id=memory_id, scope=scope)
+            try:
+                return await self.apply_purge(plan, reindexed_terms(plan))
+            except ConflictError:
+                if attempt == PLAN_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def plan_purge(
+        self, *, memory_id: str | None = None, scope: Scope | None = None
+    ) -> ErasurePlan:
+        """See :meth:`PostgresStore.plan_purge`."""
+        return await self._run(lambda: self.flows.plan_purge(memory_id, scope), write=False)
+
+    async def apply_purge(self, plan: ErasurePlan, terms: dict[int, str]) -> int:
+        """See :meth:`PostgresStore.apply_purge`."""
+        check_terms(plan, terms)
+        count = await self._run(lambda: self.flows.apply_purge(plan, terms), write=True)
+        if plan.touched:
+            try:
+                async with (await self.pool()).connection() as con:
+                    for statement in self.flows.vacuum_statements():
+                        await con.execute(statement)
+            except psycopg.Error as exc:
+                log.warning(_VACUUM_FAILED, exc)
+        return count
 
     async def history(self, memory_id: str) -> list[HistoryEvent]:
         """See :meth:`PostgresStore.history`."""

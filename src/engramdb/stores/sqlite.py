@@ -842,9 +842,10 @@ class SQLiteStore:
 
             def each(sql: str, values: Sequence[Any]) -> None:
                 if values:
-                    con.execute(sql.format(ids="(SELECT value FROM json_each(?))"), (
-                        json.dumps(list(values)),
-                    ))
+                    con.execute(
+                        sql.format(ids="(SELECT value FROM json_each(?))"),
+                        (json.dumps(list(values)),),
+                    )
 
             each("DELETE FROM history WHERE memory_id IN {ids}", plan.memory_ids)
             for table, column in (
@@ -902,16 +903,21 @@ class SQLiteStore:
         else:
             assert scope is not None
             clause, params = _scope_clause(scope)
-            memories = rows(f"SELECT m.rowid, m.id, m.owner FROM memories m WHERE {clause}", *params)
+            memories = rows(
+                f"SELECT m.rowid, m.id, m.owner FROM memories m WHERE {clause}", *params
+            )
             exact = " AND ".join(f"{k} = ?" for k, _ in scope.items())
             values = [v for _, v in scope.items()]
-            scope_messages = [r[0] for r in rows(f"SELECT rowid FROM messages WHERE {exact}", *values)]
+            scope_messages = [
+                r[0] for r in rows(f"SELECT rowid FROM messages WHERE {exact}", *values)
+            ]
             scope_failures = [
                 r[0] for r in rows(f"SELECT rowid FROM extraction_failures WHERE {exact}", *values)
             ]
         targets = ids(r[0] for r in memories)
         sources = rows(
-            f"SELECT memory_rowid, message_rowid FROM memory_sources WHERE memory_rowid IN {inside}",
+            "SELECT memory_rowid, message_rowid FROM memory_sources WHERE memory_rowid IN "
+            f"{inside}",
             targets,
         )
         direct = ids([m for _, m in sources] + scope_messages)
