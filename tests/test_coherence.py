@@ -102,8 +102,11 @@ class Child:
 
     def close(self) -> None:
         assert self.proc.stdin is not None
+        assert self.proc.stdout is not None and self.proc.stderr is not None
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
 
 
 Writer = Callable[..., Any]

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from engramdb import AsyncMemory, Memory, MemoryNotFoundError, ScopeError
+from engramdb import AsyncMemory, DuplicateMemoryError, Memory, MemoryNotFoundError, ScopeError
 from engramdb.embedders import LocalEmbedder
 from engramdb.llms import make_llm
 from engramdb.stores import make_store
@@ -270,3 +270,20 @@ def test_async_views_run_inside_their_scope_and_share_the_store(
             assert len((await m.get_all(user_id="alice"))["results"]) == 2
 
     asyncio.run(main())
+
+
+def test_a_duplicate_on_update_never_names_a_hidden_memory(mem: Memory) -> None:
+    # Before schema v2 a repeat from another agent attached that agent to the
+    # user's memory; such a memory is visible to the agent, its neighbours are not.
+    legacy = mem.add("Alice likes tea", user_id="alice", infer=False)["results"][0]["id"]
+    hidden = mem.add("Alice likes coffee", user_id="alice", infer=False)["results"][0]["id"]
+    mem.store.attach_session(legacy, Scope("alice", "coach"), "test")
+    coach = mem.scoped(user_id="alice", agent_id="coach")
+    assert coach.get(legacy) is not None and coach.get(hidden) is None
+    with pytest.raises(DuplicateMemoryError) as caught:
+        coach.update(legacy, "Alice likes coffee")
+    assert caught.value.existing_id is None and hidden not in str(caught.value)
+    # the unbound library is told which memory holds the text
+    with pytest.raises(DuplicateMemoryError) as told:
+        mem.update(legacy, "Alice likes coffee")
+    assert told.value.existing_id == hidden

@@ -864,6 +864,19 @@ class Operations:
                 raise MemoryNotFoundError(mid)
         return [event_dict(e) for e in events]
 
+    def _masked(self, call: StoreCall) -> Flow[Any]:
+        """A content change whose DuplicateMemoryError names no memory the caller cannot see."""
+        try:
+            return (yield call)
+        except DuplicateMemoryError as exc:
+            if self.within is None or exc.existing_id is None:
+                raise
+            other = self._seen((yield StoreCall("get", (exc.existing_id,))))
+            if other is not None:
+                raise
+            # Only reachable from memories attached to an agent before schema v2.
+            raise DuplicateMemoryError(exc.memory_id, None) from None
+
     def _visible_by_id(self, memory_id: str) -> Flow[MemoryRow]:
         """A memory the caller may see, deleted ones included; else MemoryNotFoundError."""
         row: MemoryRow | None = yield StoreCall("get", (memory_id,), {"include_deleted": True})
@@ -927,19 +940,21 @@ class Operations:
             yield from self._bind()
             doc = document_text(new_text, row.actor_id, self.fusion)
             embedding = (yield EmbedDocuments([doc]))[0]
-        new_row, event = yield StoreCall(
-            "update",
-            (mid,),
-            {
-                "text": new_text,
-                "hash": content_hash(new_text),
-                "embedding": embedding,
-                "terms": index_terms(new_text),
-                "entities": entities_of(new_text),
-                "metadata": new_meta,
-                "actor": actor or self.actor,
-                "reason": reason,
-            },
+        new_row, event = yield from self._masked(
+            StoreCall(
+                "update",
+                (mid,),
+                {
+                    "text": new_text,
+                    "hash": content_hash(new_text),
+                    "embedding": embedding,
+                    "terms": index_terms(new_text),
+                    "entities": entities_of(new_text),
+                    "metadata": new_meta,
+                    "actor": actor or self.actor,
+                    "reason": reason,
+                },
+            )
         )
         yield from self._emit([event])
         return {"message": "Memory updated successfully!", **item(new_row)}
@@ -986,16 +1001,18 @@ class Operations:
             yield from self._bind()
             doc = document_text(plan.text, current.actor_id, self.fusion)
             embedding = (yield EmbedDocuments([doc]))[0]
-        row, event = yield StoreCall(
-            "apply_restore",
-            (plan,),
-            {
-                "hash": content_hash(plan.text),
-                "embedding": embedding,
-                "terms": index_terms(plan.text),
-                "entities": entities_of(plan.text),
-                "actor": self.actor,
-            },
+        row, event = yield from self._masked(
+            StoreCall(
+                "apply_restore",
+                (plan,),
+                {
+                    "hash": content_hash(plan.text),
+                    "embedding": embedding,
+                    "terms": index_terms(plan.text),
+                    "entities": entities_of(plan.text),
+                    "actor": self.actor,
+                },
+            )
         )
         yield from self._emit([event])
         return item(row)

@@ -131,7 +131,7 @@ class DuplicateMemoryError(ValidationError):
         self.existing_id = existing_id
         where = f"memory {existing_id!r}" if existing_id else "another live memory"
         super().__init__(
-            f"cannot change memory {memory_id!r}: {where} of the same owner already "
+            f"cannot change memory {memory_id!r}: {where} of the same scope already "
             "holds this text; delete one of them first"
         )
 

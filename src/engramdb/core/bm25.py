@@ -36,7 +36,13 @@ class BM25Index:
             raise ValueError(f"need k1 >= 0 and 0 <= b <= 1; got k1={k1}, b={b}")
         self.k1 = k1
         self.b = b
+        # Created once and never replaced: a thread waiting on it must be
+        # waiting on the lock that the thread inside holds.
         self._lock = threading.RLock()
+        self._clear()
+
+    def _clear(self) -> None:
+        """Drop every document (the lock is the caller's business)."""
         self._row_of: dict[int, int] = {}
         self._keys: list[int] = []
         self._doc_terms: list[dict[str, int] | None] = []  # None = removed
@@ -54,7 +60,8 @@ class BM25Index:
 
     def __len__(self) -> int:
         """Number of live documents."""
-        return self._live
+        with self._lock:
+            return self._live
 
     def add(self, keys: Sequence[int] | Keys, docs: Sequence[Sequence[str]]) -> None:
         """Index each key's terms; a key indexed before is replaced."""
@@ -111,7 +118,9 @@ class BM25Index:
             [t for t, n in (self._doc_terms[r] or {}).items() for _ in range(n)]
             for r in self._row_of.values()
         ]
-        self.__init__(self.k1, self.b)  # type: ignore[misc]
+        # Rebuilt in place under the lock the caller holds; re-running __init__
+        # here used to swap the lock, letting other threads in mid-rebuild.
+        self._clear()
         self.add(keys, docs)
 
     def _postings_of(self, term: str) -> tuple[npt.NDArray[np.int64], Scores]:
