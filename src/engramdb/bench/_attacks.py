@@ -40,6 +40,7 @@ import contextlib
 import dataclasses
 import inspect
 import json
+import logging
 import re
 import secrets
 import socket
@@ -381,13 +382,11 @@ def _victims() -> list[_Victim]:
             {"user_id": "alice", "agent_id": "planner"},
             "The planner keeps the secret code of my bank card:",
         ),
-        ("bob", {"user_id": "bob"}, "Bob's secret code for the safe is"),
         (
             "alice in run r2",
             {"user_id": "alice", "run_id": "r2"},
             "In session two I said my secret code is",
         ),
-        ("agent coach, no user", {"agent_id": "coach"}, "The coach's own secret code is"),
     ]
     out = []
     for label, scope, words in specs:
@@ -403,6 +402,12 @@ def _victims() -> list[_Victim]:
             via_llm=True,
         )
     )
+    for label, scope, words in [
+        ("bob", {"user_id": "bob"}, "Bob's secret code for the safe is"),
+        ("agent coach, no user", {"agent_id": "coach"}, "The coach's own secret code is"),
+    ]:
+        token = _token()
+        out.append(_Victim(label, scope, token, f"{words} {token}"))
     return out
 
 
@@ -545,8 +550,10 @@ class _Arena:
         embedder: Embedder,
         tally: Tally,
         tick: Callable[[], None],
+        probes: int | None = None,
     ) -> None:
         self.folder = folder
+        self.probes = probes
         self.mode = mode
         self.face_name = face_name
         self.wire = wire
@@ -868,7 +875,7 @@ class _Arena:
                         "op": op,
                     }
                 )
-        for victim in self.victims:
+        for victim in self.victims[: self.probes]:
             calls.append(
                 {
                     "label": f"repeat of {victim.label}'s memory",
@@ -958,6 +965,7 @@ def run_attack_suite(
     faces: Sequence[str] = ("rest", "mcp"),
     progress: Callable[[int, int], None] | None = None,
     embedder: Embedder | None = None,
+    probes: int | None = None,
 ) -> dict[str, Any]:
     """Attack tenant isolation through the LLM, over REST and MCP; count leaks.
 
@@ -970,7 +978,10 @@ def run_attack_suite(
     module docstring for every check).
 
     ``progress`` is called as ``progress(done, total)`` after each attacker
-    call; ``embedder`` replaces the local model (tests pass theirs).
+    call; ``embedder`` replaces the local model (tests pass theirs);
+    ``probes`` limits how many victims each attacker repeats verbatim (the
+    oracle probes, most of the calls; alice's memories come first), all when
+    ``None``.
 
     Returns ``{"attempts", "leaks", "by_kind": {"read", "write", "attach",
     "oracle"}, "attempts_by_kind", "details": [one line per leak], "errors":
@@ -1003,10 +1014,17 @@ def run_attack_suite(
             for face in faces:
                 folder = workdir / f"{mode}-{face}"
                 folder.mkdir(parents=True, exist_ok=True)
-                arenas.append(_Arena(folder, mode, face, wire, embedder, tally, tick))
+                arenas.append(_Arena(folder, mode, face, wire, embedder, tally, tick, probes))
         total = sum(a.call_count() for a in arenas)
-        for arena in arenas:
-            anyio.run(arena.run)
+        # Every attack makes the library warn about the ids it dropped: expected here.
+        library_log = logging.getLogger("engramdb")
+        level = library_log.level
+        library_log.setLevel(logging.ERROR)
+        try:
+            for arena in arenas:
+                anyio.run(arena.run)
+        finally:
+            library_log.setLevel(level)
         if wire.errors:
             tally.errors.extend(f"LLM handler: {e.splitlines()[-1]}" for e in wire.errors)
     return tally.summary()

@@ -178,6 +178,8 @@ class _Place:
     purge: str
     """How the place was purged: ``id`` or ``scope``."""
     found_before: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """Why a probe did not plant what it meant to (the probe, not the purge, failed)."""
     found_after: dict[str, list[str]] = field(default_factory=dict)
     """Per secret: where it was still found after the purge."""
 
@@ -258,11 +260,14 @@ def _plant(m: Memory, llm: ScriptedLLM) -> tuple[list[_Place], list[dict[str, An
         m.add("my crumhorn serial is Crumhorn7731", user_id=u)
     except ExtractionError as exc:
         failure = exc.failure_id
+    place = _Place("failed extraction: kept messages and reply", ["Crumhorn7731"], u, "id")
     if failure is not None:
         llm.add(_extracted("User's crumhorn serial is Crumhorn7731"))
         mid = first_id(m.retry_extraction(failure))
         purges.append({"memory_id": mid})
-    places.append(_Place("failed extraction: kept messages and reply", ["Crumhorn7731"], u, "id"))
+    else:
+        place.problems.append("the extraction did not fail")
+    places.append(place)
 
     # 6. A whole scope: a system message, a message the LLM found nothing in, an
     # unresolved failure whose reply quotes the words, and a memory.
@@ -294,8 +299,11 @@ def _plant(m: Memory, llm: ScriptedLLM) -> tuple[list[_Place], list[dict[str, An
     u = "probe-links"
     mid = first_id(m.add("my bank PIN hint is Fandango4471", user_id=u, infer=False))
     llm.add(_linking("User's PIN hint changed", "Fandango4471"))
-    m.add("I changed my PIN hint", user_id=u)
-    places.append(_Place("links to the purged memory", ["Fandango4471"], u, "id"))
+    linker = m.add("I changed my PIN hint", user_id=u)["results"]
+    place = _Place("links to the purged memory", ["Fandango4471"], u, "id")
+    if not any(mid in (m.get(r["id"]) or {}).get("linked_memory_ids", []) for r in linker):
+        place.problems.append("the linking memory did not link to the secret's memory")
+    places.append(place)
     purges.append({"memory_id": mid})
 
     # 8. The same secret said twice: the repeat is one memory, but two raw messages.
@@ -354,7 +362,7 @@ def _probe(m: Memory, llm: ScriptedLLM, backend: str) -> dict[str, Any]:
                 "place": p.name,
                 "purge": p.purge,
                 "secrets": list(p.secrets),
-                "seen_before": bool(p.found_before),
+                "seen_before": bool(p.found_before) and not p.problems,
                 "found_after": dict(p.found_after),
             }
             for p in places
@@ -365,6 +373,7 @@ def _probe(m: Memory, llm: ScriptedLLM, backend: str) -> dict[str, Any]:
             for p in places
             if not p.found_before
         ]
+        + [f"{p.name}: planting failed: {problem}" for p in places for problem in p.problems]
         + sorted(notes)
         + [f"free-space residue (no tuple holds it): {r}" for r in residue],
     }

@@ -130,8 +130,7 @@ def start(url: str | None = None) -> PgServer:
         for _ in range(3):
             port = _free_port()
             options = (
-                f"-h 127.0.0.1 -p {port} -k {base} -c max_connections=200 "
-                "-c shared_buffers=128MB"
+                f"-h 127.0.0.1 -p {port} -k {base} -c max_connections=200 -c shared_buffers=128MB"
             )
             try:
                 _run(

@@ -1,4 +1,4 @@
-"""The writer processes of ``engram bench torture`` (run as ``python -m engramdb.bench._torture_writer``).
+"""The writer processes of ``engram bench torture`` (``python -m engramdb.bench._torture_writer``).
 
 Two modes, both started by :mod:`engramdb.bench.torture`:
 
@@ -145,7 +145,7 @@ def _concurrent(
     _wait_for_go()
     with Memory(**_where(store), embedder=embedder) as m, out_path.open("a") as out:
         for i in range(adds):
-            texts = []
+            texts: list[str] = []
             for _ in range(2 if rng.random() < 0.2 else 1):
                 roll = rng.random()
                 if roll < 0.5:  # shared with every other writer

@@ -85,7 +85,7 @@ PARTS: tuple[str, ...] = (
 )
 """The parts, in the order they run."""
 
-DEFAULTS: dict[str, int] = {"kills": 200, "writers": 8, "adds": 1000, "fuzz_examples": 20}
+DEFAULTS: dict[str, int] = {"kills": 200, "writers": 8, "adds": 1000, "fuzz_examples": 50}
 """Default sizes: a full run takes about 10-15 minutes on a loaded 2-core machine."""
 
 SABOTAGE_ENV = "ENGRAM_TORTURE_SABOTAGE"
@@ -465,7 +465,7 @@ def _part_writers(
     bars: _Progress,
     sabotage: bool,
 ) -> dict[str, Any]:
-    """``writers`` processes × ``adds`` adds with repeats on one store; count the damage."""
+    """``writers`` processes x ``adds`` adds with repeats on one store; count the damage."""
     from engramdb import Memory
 
     vectors = _stem_vectors(workdir)
@@ -489,18 +489,18 @@ def _part_writers(
     started = time.perf_counter()
     try:
         armed = [_read_line(p, 180) for p in procs]
-        for p in procs:
-            _send(p, b"go\n")
+        for proc in procs:
+            _send(proc, b"go\n")
         started = time.perf_counter()
-        for p, line in enumerate(armed):
+        for index, line in enumerate(armed):
             if line != b"armed\n":
-                problems.append(f"writer {p} did not start")
+                problems.append(f"writer {index} did not start")
         deadline = time.monotonic() + max(600.0, adds * writers * 0.5)
-        with bars.bar(f"{writers} writers × {adds} adds ({backend})", writers * adds) as tick:
+        with bars.bar(f"{writers} writers x {adds} adds ({backend})", writers * adds) as tick:
             while time.monotonic() < deadline:
                 done = sum(_count_lines(path) for path in outs)
                 tick(completed=done)
-                if all(p.poll() is not None for p in procs):
+                if all(proc.poll() is not None for proc in procs):
                     break
                 time.sleep(0.5)
             tick(completed=sum(_count_lines(path) for path in outs))
@@ -512,11 +512,11 @@ def _part_writers(
         for handle in handles:
             handle.close()
     wall = time.perf_counter() - started
-    for p, proc in enumerate(procs):
+    for index, proc in enumerate(procs):
         if proc.returncode != 0:
             errors += 1
-            tail = logs[p].read_text(errors="replace")[-300:]
-            problems.append(f"writer {p} exit status {proc.returncode}: {tail}")
+            tail = logs[index].read_text(errors="replace")[-300:]
+            problems.append(f"writer {index} exit status {proc.returncode}: {tail}")
     records = [json.loads(line) for path in outs if path.exists() for line in path.open()]
     raised = [r for r in records if "error" in r]
     errors += len(raised)
@@ -882,11 +882,66 @@ class _LiveServer:
         self._sock.close()
 
 
+def _fuzz_one(
+    op: Any,
+    mode: Any,
+    examples: int,
+    url: str,
+    headers: dict[str, dict[str, str]],
+    counts: dict[str, int],
+    samples: list[str],
+    per_operation: dict[str, int],
+    tick: Tick,
+) -> None:
+    """Send ``examples`` generated requests of one operation and mode with every key."""
+    import hypothesis
+
+    label = f"{op.method.upper()} {op.path}"
+
+    @hypothesis.settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=list(hypothesis.HealthCheck),
+        derandomize=True,
+        database=None,
+        phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
+    )
+    @hypothesis.given(case=op.as_strategy(generation_mode=mode))
+    def fuzz(case: Any) -> None:
+        for header in headers.values():
+            try:
+                response = case.call(base_url=url, headers=header, timeout=60)
+            except Exception as exc:  # a dropped connection is a failure too
+                counts["unreachable"] += 1
+                if len(samples) < 10:
+                    samples.append(f"{label}: {type(exc).__name__}: {exc}")
+                continue
+            counts["requests"] += 1
+            per_operation[label] = per_operation.get(label, 0) + 1
+            tick()
+            status = response.status_code
+            if status >= 500:
+                counts["server_errors"] += 1
+                if len(samples) < 10:
+                    samples.append(f"{status}: {case.as_curl_command()}"[:500])
+            elif status >= 400 and response.text != "Invalid HTTP request received.":
+                try:
+                    body = response.json()
+                    ok = set(body) == {"error"} and isinstance(body["error"].get("code"), str)
+                except (ValueError, AttributeError, TypeError):
+                    ok = False
+                if not ok:
+                    counts["bad_envelope"] += 1
+
+    fuzz()
+
+
 def _part_fuzz(workdir: Path, examples: int, bars: _Progress) -> dict[str, Any]:
     try:
-        import hypothesis
+        import hypothesis  # noqa: F401  (the fuzzing needs it; checked here)
         import schemathesis
         from schemathesis import GenerationMode
+        from schemathesis.core.result import Ok
     except ImportError as exc:
         return {"status": "skipped", "reason": f"schemathesis is not installed ({exc})"}
     from engramdb import AsyncMemory
@@ -900,13 +955,21 @@ def _part_fuzz(workdir: Path, examples: int, bars: _Progress) -> dict[str, Any]:
         "user": {"Authorization": f"Bearer {keys.create(user_id='alice').key}"},
     }
     limits = ServerLimits(max_body_bytes=256 * 1024)
-    counts = {"requests": 0, "server_errors": 0, "bad_envelope": 0, "unreachable": 0}
+    counts = {
+        "requests": 0,
+        "server_errors": 0,
+        "bad_envelope": 0,
+        "unreachable": 0,
+        "invalid_operations": 0,
+    }
     samples: list[str] = []
     per_operation: dict[str, int] = {}
     try:
         with _LiveServer(create_app(memory, keys=keys, limits=limits, close_memory=True)) as live:
             schema = schemathesis.openapi.from_url(f"{live.url}/openapi.json")
-            operations = [result.ok() for result in schema.get_all_operations()]
+            found = list(schema.get_all_operations())
+            operations = [r.ok() for r in found if isinstance(r, Ok)]
+            counts["invalid_operations"] = len(found) - len(operations)
             plans = [
                 (op, mode)
                 for op in operations
@@ -916,46 +979,9 @@ def _part_fuzz(workdir: Path, examples: int, bars: _Progress) -> dict[str, Any]:
             total = len(plans) * examples * len(headers)
             with bars.bar("REST fuzzing (schemathesis)", total) as tick:
                 for op, mode in plans:
-                    label = f"{op.method.upper()} {op.path}"
-
-                    @hypothesis.settings(
-                        max_examples=examples,
-                        deadline=None,
-                        suppress_health_check=list(hypothesis.HealthCheck),
-                        derandomize=True,
-                        database=None,
-                        phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
+                    _fuzz_one(
+                        op, mode, examples, live.url, headers, counts, samples, per_operation, tick
                     )
-                    @hypothesis.given(case=op.as_strategy(generation_mode=mode))
-                    def fuzz(case: Any, label: str = label) -> None:
-                        for header in headers.values():
-                            try:
-                                response = case.call(base_url=live.url, headers=header, timeout=60)
-                            except Exception as exc:  # a dropped connection is a failure too
-                                counts["unreachable"] += 1
-                                if len(samples) < 10:
-                                    samples.append(f"{label}: {type(exc).__name__}: {exc}")
-                                continue
-                            counts["requests"] += 1
-                            per_operation[label] = per_operation.get(label, 0) + 1
-                            tick()
-                            status = response.status_code
-                            if status >= 500:
-                                counts["server_errors"] += 1
-                                if len(samples) < 10:
-                                    samples.append(f"{status}: {case.as_curl_command()}"[:500])
-                            elif status >= 400 and response.text != "Invalid HTTP request received.":
-                                try:
-                                    body = response.json()
-                                    ok = set(body) == {"error"} and isinstance(
-                                        body["error"].get("code"), str
-                                    )
-                                except (ValueError, AttributeError, TypeError):
-                                    ok = False
-                                if not ok:
-                                    counts["bad_envelope"] += 1
-
-                    fuzz()
     finally:
         keys.close()
     return {
@@ -1062,10 +1088,11 @@ def violations(report: dict[str, Any]) -> list[str]:
                 out.append(f"corpus: raw messages kept for {part['raw_kept']} of "
                            f"{part['failures']} failures")  # fmt: skip
         elif name == "fuzz":
-            if part["server_errors"] or part["unreachable"]:
+            if part["server_errors"] or part["unreachable"] or part.get("invalid_operations"):
                 out.append(
                     f"fuzz: {part['server_errors']} answers >= 500, "
-                    f"{part['unreachable']} requests unanswered"
+                    f"{part['unreachable']} requests unanswered, "
+                    f"{part.get('invalid_operations', 0)} operations the schema could not load"
                 )
         elif name == "attacks":
             if part.get("leaks"):
@@ -1256,7 +1283,7 @@ def _figures(name: str, part: dict[str, Any]) -> tuple[str, str]:
         )
     if name.startswith("writers"):
         return (
-            f"{part['writers']} × {part['adds_per_writer']} adds, "
+            f"{part['writers']} x {part['adds_per_writer']} adds, "
             f"{part['distinct_texts']} distinct texts, {part['memories']} memories",
             f"errors {part['errors']}, lost {part['lost']}, duplicated {part['duplicated']} "
             f"(unattached {part['unattached']})",

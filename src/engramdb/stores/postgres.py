@@ -230,6 +230,7 @@ class _Flows:
         self.caches: OrderedDict[tuple[str, str], _Cache] = OrderedDict()
         self.lock = threading.RLock()
         self.epoch = ""
+        self.caught_up_rows = 0
 
     def t(self, name: str) -> str:
         """A table of this store, schema-qualified."""
@@ -541,6 +542,7 @@ class _Flows:
             raise ConflictError("the memories kept changing concurrently; nothing was written")
         if added:
             yield from self.link_new(added, inserted, owner, ts, msg_rowids, actor, outcomes)
+        yield from self.link_repeats(memories, first, outcomes, msg_rowids)
         result: list[AddOutcome] = []
         for i, mem in enumerate(memories):
             outcome = outcomes[mem.hash]
@@ -663,6 +665,35 @@ class _Flows:
         yield from self.insert_history_many(events)
         for m, event in zip(sorted(added, key=lambda m: rowids[m.hash]), events, strict=True):
             outcomes[m.hash] = AddOutcome(m.id, m.text, "ADD", event)
+
+    def link_repeats(
+        self,
+        memories: Sequence[NewMemory],
+        first: dict[str, int],
+        outcomes: dict[str, AddOutcome],
+        msg_rowids: list[int],
+    ) -> Tx[None]:
+        """A repeat's messages are sources of the memory it repeats.
+
+        They said the same thing: purging that memory must erase them too.
+        """
+        pairs = sorted(
+            {
+                (outcomes[m.hash].id, msg_rowids[j])
+                for i, m in enumerate(memories)
+                if outcomes[m.hash].event == "NONE" or i != first[m.hash]
+                for j in m.source_messages
+                if j < len(msg_rowids)
+            }
+        )
+        if pairs:
+            yield _Q(
+                f"INSERT INTO {self.t('memory_sources')} (memory_rowid, message_rowid) "
+                f"SELECT m.rowid, u.msg FROM unnest(%s::text[], %s::bigint[]) AS u(id, msg) "
+                f"JOIN {self.t('memories')} m ON m.id = u.id ORDER BY 1, 2 ON CONFLICT DO NOTHING",
+                ([p[0] for p in pairs], [p[1] for p in pairs]),
+                fetch="none",
+            )
 
     def insert_context(
         self, added: Sequence[NewMemory], rowids: dict[str, int], msg_rowids: list[int]
@@ -1674,6 +1705,7 @@ class _Flows:
                 # A thread that caught up from a newer snapshot meanwhile wins.
                 if xmin >= cache.horizon:
                     changed = [r for r in rows if r[0] != -1]
+                    self.caught_up_rows += len(changed)
                     dead = [int(r[0]) for r in changed if not r[1]]
                     live = [r for r in changed if r[1]]
                     if dead:

@@ -172,7 +172,7 @@ UPDATE {s}.memories SET partition =
 DROP INDEX {s}.memories_owner_hash;
 CREATE UNIQUE INDEX memories_partition_hash ON {s}.memories (partition, hash)
     WHERE deleted_at IS NULL;
-CREATE INDEX memories_hash ON {s}.memories (hash);
+CREATE INDEX memories_hash ON {s}.memories (hash, user_id);
 
 CREATE TABLE {s}.memory_context (
     memory_rowid  bigint NOT NULL REFERENCES {s}.memories (rowid) ON DELETE CASCADE,

@@ -122,15 +122,51 @@ def _scope_clause(scope: Scope) -> tuple[str, list[Any]]:
     return " AND ".join(parts) or "1", params
 
 
+def _sees_clause(scope: Scope) -> tuple[str, list[Any]]:
+    """SQL over alias ``m``: whether ``scope`` sees the row, checked row by row.
+
+    For the few rows another index found (dedup looks rows up by hash):
+    correlated lookups instead of :func:`_scope_clause`'s rowid sets, which
+    would list every memory of an agent or run on each call. The index
+    ``(hash, user_id)`` finds the rows; unary ``+`` keeps the planner off the
+    agent and run indexes.
+    """
+    parts: list[str] = []
+    params: list[Any] = []
+    for kind, value in scope.items():
+        if kind == "user_id":
+            parts.append("m.user_id = ?")
+            params.append(value)
+        else:
+            parts.append(
+                f"(+m.{kind} = ? OR EXISTS (SELECT 1 FROM memory_scope s WHERE "
+                "s.memory_rowid = m.rowid AND s.kind = ? AND s.value = ?))"
+            )
+            params.extend([value, kind, value])
+    return " AND ".join(parts) or "1", params
+
+
 class _Cache:
-    """The vector and keyword indexes of one primary scope id, and how current they are."""
+    """The vector and keyword indexes of one primary scope id, and how current they are.
 
-    __slots__ = ("bm25", "index", "seq")
+    ``seq`` is the ``meta.seq`` it has caught up to within ``epoch``; ``lock``
+    serialises its catch-ups (the indexes have their own locks for searches).
+    """
 
-    def __init__(self, dim: int) -> None:
+    __slots__ = ("bm25", "epoch", "index", "lock", "seq")
+
+    def __init__(self, dim: int, epoch: str) -> None:
         self.index = VectorIndex(dim)
         self.bm25 = BM25Index()
         self.seq = 0
+        self.epoch = epoch
+        self.lock = threading.Lock()
+
+
+# What a search reads first: the change counter, the epoch and the binding.
+_META = (
+    "SELECT key, value FROM meta WHERE key IN ('seq', 'epoch', 'embedder_model', 'embedder_dim')"
+)
 
 
 class SQLiteStore:
@@ -154,9 +190,13 @@ class SQLiteStore:
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._closed = False
-        self._dim: int | None = None
+        # The embedder this process bound (bind_embedder), checked again by every
+        # vector write and search; None until then.
+        self._binding: tuple[str, int] | None = None
         self._caches: OrderedDict[tuple[str, str], _Cache] = OrderedDict()
-        self._cache_lock = threading.RLock()
+        # Guards the dict of caches and the epoch only, never I/O: a scope's
+        # catch-up reads under that scope's own lock (_Cache.lock).
+        self._cache_lock = threading.Lock()
         self._epoch = "0"
         self._max_cached = max_cached_vectors
         self._migrate()
@@ -258,27 +298,51 @@ class SQLiteStore:
     # -- embedder binding ----------------------------------------------------------------
 
     def bind_embedder(self, model: str, dim: int) -> None:
-        """Record the embedder on first use; refuse a different one afterwards."""
+        """Record the embedder on first use; refuse a different one afterwards.
+
+        The binding is remembered for the life of this store object: every
+        later write of vectors and every search checks the file's binding
+        again (another process may have reset the file and bound another
+        model since), so vectors of two models never meet.
+        """
         with self._write() as con, self._translate():
-            rows = dict(
-                con.execute(
-                    "SELECT key, value FROM meta WHERE key IN ('embedder_model', 'embedder_dim')"
-                ).fetchall()
+            self._ensure_binding(con, (model, dim))
+        self._binding = (model, dim)
+
+    def _ensure_binding(self, con: sqlite3.Connection, mine: tuple[str, int]) -> None:
+        """Inside a write transaction: bind ``mine`` if nothing is bound, else it must match."""
+        rows = dict(
+            con.execute(
+                "SELECT key, value FROM meta WHERE key IN ('embedder_model', 'embedder_dim')"
+            ).fetchall()
+        )
+        if not rows:
+            con.execute(
+                "INSERT INTO meta(key, value) VALUES ('embedder_model', ?), ('embedder_dim', ?)",
+                (mine[0], str(mine[1])),
             )
-            if not rows:
-                con.execute(
-                    "INSERT INTO meta(key, value) VALUES ('embedder_model', ?), "
-                    "('embedder_dim', ?)",
-                    (model, str(dim)),
-                )
-            elif rows.get("embedder_model") != model or rows.get("embedder_dim") != str(dim):
-                raise EmbedderMismatchError(
-                    f"{self.path} holds vectors from {rows.get('embedder_model')!r} "
-                    f"(dim {rows.get('embedder_dim')}), but the configured embedder is "
-                    f"{model!r} (dim {dim}); configure the same embedder, or export and "
-                    "re-import into a new file to re-embed"
-                )
-        self._dim = dim
+        else:
+            self._refuse_other((rows.get("embedder_model"), rows.get("embedder_dim")), mine)
+
+    def _refuse_other(self, bound: tuple[str | None, str | None], mine: tuple[str, int]) -> None:
+        if bound != (mine[0], str(mine[1])):
+            raise EmbedderMismatchError(
+                f"{self.path} holds vectors from {bound[0]!r} (dim {bound[1]}), but the "
+                f"configured embedder is {mine[0]!r} (dim {mine[1]}); configure the same "
+                "embedder, or export and re-import into a new file to re-embed (another "
+                "process may have reset the store and bound another model)"
+            )
+
+    def _guard_binding(self, con: sqlite3.Connection) -> None:
+        """Inside a write that stores vectors: the file is still bound to our embedder.
+
+        Checked under the write lock, so no reset and re-bind by another
+        process can slip in between the check and the vectors (microseconds:
+        two rows of ``meta`` by primary key). After a reset elsewhere the first
+        writer binds its model again.
+        """
+        if self._binding is not None:
+            self._ensure_binding(con, self._binding)
 
     def bound_embedder(self) -> tuple[str, int] | None:
         """The ``(model, dim)`` recorded in the file, if any."""
@@ -319,10 +383,12 @@ class SQLiteStore:
         owner = scope.owner
         sees = visible or visible_scope(scope)
         partition = sees.partition
-        sees_sql, sees_params = _scope_clause(sees)
+        sees_sql, sees_params = _sees_clause(sees)
         outcomes: list[AddOutcome] = []
         with self._write() as con, self._translate():
             seq = self._bump(con)
+            if memories:
+                self._guard_binding(con)  # coherence: no vectors of another model
             msg_rowids = self._insert_messages(con, messages, scope, now) + list(source_rowids)
             if resolve_failure is not None:
                 con.execute(
@@ -338,6 +404,17 @@ class SQLiteStore:
                 ).fetchone()
                 if existing is not None:
                     outcomes.append(self._attach_session(con, existing, scope, seq, actor, now))
+                    # The repeat's messages said the same: sources of that memory too,
+                    # so purging it erases them.
+                    con.executemany(
+                        "INSERT OR IGNORE INTO memory_sources(memory_rowid, message_rowid) "
+                        "VALUES (?, ?)",
+                        [
+                            (existing[0], msg_rowids[i])
+                            for i in mem.source_messages
+                            if i < len(msg_rowids)
+                        ],
+                    )
                     continue
                 if mem.embedding.size == 0:
                     # The caller skipped embedding a text it saw stored a moment ago;
@@ -660,6 +737,7 @@ class SQLiteStore:
             "SELECT rowid, owner FROM memories WHERE id = ?", (memory_id,)
         ).fetchone()
         if embedding is not None:
+            self._guard_binding(con)
             con.execute(
                 "UPDATE memory_vectors SET embedding = ? WHERE memory_rowid = ?",
                 (_vec_blob(embedding), rowid),
@@ -991,6 +1069,7 @@ class SQLiteStore:
         """Write exported rows back in one transaction; returns the count."""
         with self._write() as con, self._translate():
             seq = self._bump(con)
+            self._guard_binding(con)
             ids = [r["id"] for r in rows]
             clash = [
                 r[0]
@@ -1158,7 +1237,7 @@ class SQLiteStore:
     def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> set[str]:
         """Which of ``hashes`` a live memory that ``visible`` sees already has."""
         found: set[str] = set()
-        clause, params = _scope_clause(visible)
+        clause, params = _sees_clause(visible)
         with self._read() as con:
             for chunk in _chunks(list(hashes), 400):
                 found.update(
@@ -1272,11 +1351,6 @@ class SQLiteStore:
 
     def _scope_cache(self, scope: Scope) -> _Cache | None:
         """The caught-up cache for the scope's primary id; None before any vector exists."""
-        if self._dim is None:
-            bound = self.bound_embedder()
-            if bound is None:
-                return None
-            self._dim = bound[1]
         kind, value = scope.items()[0]
         return self._refresh(kind, value)
 
@@ -1431,32 +1505,64 @@ class SQLiteStore:
                 found[int(r[0])] = row
         return found
 
-    def _refresh(self, kind: str, value: str) -> _Cache:
-        """The cache for one primary scope id, caught up with every committed write."""
-        assert self._dim is not None
-        con = self._conn()
-        with self._cache_lock:
-            with self._translate():
-                meta = dict(
-                    con.execute(
-                        "SELECT key, value FROM meta WHERE key IN ('seq', 'epoch')"
-                    ).fetchall()
-                )
-            if meta["epoch"] != self._epoch:
-                self._caches.clear()
-                self._epoch = meta["epoch"]
-            key = (kind, value)
-            cache = self._caches.get(key)
-            if cache is None:
-                cache = self._caches[key] = _Cache(self._dim)
-            self._caches.move_to_end(key)
-            seq = int(meta["seq"])
-            if cache.seq < seq:
-                self._catch_up(cache, kind, value, seq)
-            self._evict()
-            return cache
+    def _refresh(self, kind: str, value: str) -> _Cache | None:
+        """The cache for one primary scope id, caught up with every committed write.
 
-    def _catch_up(self, cache: _Cache, kind: str, value: str, seq: int) -> None:
+        The common case costs one read of ``meta`` and no lock held across
+        I/O: the cache is current. Otherwise the scope's own lock serialises
+        its catch-up, so a cold or slow scope never holds up searches of
+        other scopes (the store-wide lock only guards the dict).
+        """
+        con = self._conn()
+        with self._translate():
+            meta = dict(con.execute(_META).fetchall())
+        bound = self._bound_in(meta)
+        if bound is None:
+            return None  # nothing bound since the last reset: no vectors anywhere
+        epoch, seq = meta["epoch"], int(meta["seq"])
+        key = (kind, value)
+        with self._cache_lock:
+            self._see_epoch(epoch)
+            cache = self._caches.get(key)
+            if cache is None or cache.epoch != epoch or cache.index.dim != bound[1]:
+                cache = _Cache(bound[1], epoch)
+                if epoch == self._epoch:
+                    self._caches[key] = cache
+            else:
+                self._caches.move_to_end(key)
+            if cache.seq >= seq:
+                return cache
+        with cache.lock:
+            current = self._catch_up(cache, kind, value)
+        with self._cache_lock:
+            if current is not cache and current.epoch == self._see_epoch(current.epoch):
+                self._caches[key] = current
+            self._evict()
+        return current
+
+    def _bound_in(self, meta: dict[str, str]) -> tuple[str, int] | None:
+        """The binding in a ``meta`` read; refuses one other than this process's."""
+        if "embedder_model" not in meta:
+            return None
+        if self._binding is not None:
+            self._refuse_other((meta["embedder_model"], meta.get("embedder_dim")), self._binding)
+        return meta["embedder_model"], int(meta["embedder_dim"])
+
+    def _see_epoch(self, epoch: str) -> str:
+        """Under ``_cache_lock``: a newer epoch (purge, reset) drops every cache."""
+        if int(epoch) > int(self._epoch):
+            self._caches.clear()
+            self._epoch = epoch
+        return self._epoch
+
+    def _catch_up(self, cache: _Cache, kind: str, value: str) -> _Cache:
+        """Under ``cache.lock``: apply the rows changed since ``cache.seq``; returns the cache.
+
+        ``meta`` and the rows are read in one snapshot, so the cache ends
+        exactly at a committed state. If that snapshot is of another epoch (a
+        purge or reset since the caller looked) or another binding, a new
+        cache is filled from scratch instead and returned.
+        """
         if kind == "user_id":
             member = "m.user_id = ?"
             params: list[Any] = [value]
@@ -1466,14 +1572,23 @@ class SQLiteStore:
                 "WHERE kind = ? AND value = ?))"
             )
             params = [value, kind, value]
+        rows: list[Any] = []
         with self._read() as con:
-            rows = con.execute(
-                "SELECT m.rowid, m.deleted_at IS NULL, v.embedding, f.terms FROM memories m "
-                "JOIN memory_vectors v ON v.memory_rowid = m.rowid "
-                "LEFT JOIN memory_fts f ON f.rowid = m.rowid "
-                f"WHERE m.seq > ? AND m.seq <= ? AND {member}",
-                [cache.seq, seq, *params],
-            ).fetchall()
+            meta = dict(con.execute(_META).fetchall())
+            bound = self._bound_in(meta)
+            # Unbound (reset, nothing written since): no vectors to read either.
+            dim = cache.index.dim if bound is None else bound[1]
+            if meta["epoch"] != cache.epoch or dim != cache.index.dim:
+                cache = _Cache(dim, meta["epoch"])
+            seq = int(meta["seq"])
+            if cache.seq < seq:
+                rows = con.execute(
+                    "SELECT m.rowid, m.deleted_at IS NULL, v.embedding, f.terms FROM memories m "
+                    "JOIN memory_vectors v ON v.memory_rowid = m.rowid "
+                    "LEFT JOIN memory_fts f ON f.rowid = m.rowid "
+                    f"WHERE m.seq > ? AND m.seq <= ? AND {member}",
+                    [cache.seq, seq, *params],
+                ).fetchall()
         live = [r for r in rows if r[1]]
         dead = [r[0] for r in rows if not r[1]]
         if dead:
@@ -1484,7 +1599,8 @@ class SQLiteStore:
             keys = np.array([r[0] for r in live], dtype=np.int64)
             vecs = np.frombuffer(b"".join(r[2] for r in live), dtype=F32).reshape(len(live), -1)
             cache.index.add(keys, vecs)
-        cache.seq = seq
+        cache.seq = max(cache.seq, seq)
+        return cache
 
     def _evict(self) -> None:
         total = sum(len(c.index) for c in self._caches.values())

@@ -172,7 +172,7 @@ UPDATE memories SET partition =
             THEN 'r' || length(run_id) || ':' || run_id ELSE '' END;
 DROP INDEX memories_owner_hash;
 CREATE UNIQUE INDEX memories_partition_hash ON memories(partition, hash) WHERE deleted_at IS NULL;
-CREATE INDEX memories_hash ON memories(hash);
+CREATE INDEX memories_hash ON memories(hash, user_id);
 
 CREATE TABLE memory_context (
     memory_rowid  INTEGER NOT NULL REFERENCES memories(rowid) ON DELETE CASCADE,
