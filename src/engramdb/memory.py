@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import itertools
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Self
 
@@ -191,8 +192,11 @@ class _Base:
 
     # -- export / import (file I/O stays in the face; records are built here) ----------
 
-    def export(self) -> Iterator[dict[str, Any]]:
-        """Yield the JSONL records of the whole store: a header, then one per memory."""
+    def export_records(self) -> Iterator[dict[str, Any]]:
+        """The JSONL records of the store (a view's: its scope): a header, then one per memory.
+
+        Blocking, whichever face: ``AsyncMemory.export`` runs it in a thread.
+        """
         bound = self.store.bound_embedder()
         yield {
             "engramdb_export": EXPORT_FORMAT,
@@ -217,13 +221,23 @@ class _Base:
             )
             yield out
 
-    def export_jsonl(self, fp: IO[str]) -> int:
-        """Write :meth:`export` to a text file; returns the number of memories."""
+    def _write_jsonl(self, fp: IO[str]) -> int:
         count = -1
-        for record in self.export():
+        for record in self.export_records():
             fp.write(json.dumps(record, ensure_ascii=False) + "\n")
             count += 1
         return count
+
+    def _embed_stale(self, rows: list[dict[str, Any]]) -> None:
+        """Vectors for imported rows whose export came from another embedder."""
+        stale = [r for r in rows if r["embedding"] is None]
+        if stale:
+            fusion = self.config.retrieval
+            vecs = self.embedder.embed_documents(
+                [document_text(r["memory"], _actor_of(r), fusion) for r in stale]
+            )
+            for r, v in zip(stale, vecs, strict=True):
+                r["embedding"] = v
 
     def _read_import(self, fp: IO[str]) -> tuple[bool, list[dict[str, Any]]]:
         lines = [(n, line) for n, line in enumerate(fp, 1) if line.strip()]
@@ -522,15 +536,16 @@ class Memory(_Base):
         self._whole_store("import_jsonl()")
         _, rows = self._read_import(fp)
         self._run(self._ops._bind())
-        stale = [r for r in rows if r["embedding"] is None]
-        if stale:
-            fusion = self.config.retrieval
-            vecs = self.embedder.embed_documents(
-                [document_text(r["memory"], _actor_of(r), fusion) for r in stale]
-            )
-            for r, v in zip(stale, vecs, strict=True):
-                r["embedding"] = v
+        self._embed_stale(rows)
         return self.store.import_rows(rows)
+
+    def export(self) -> Iterator[dict[str, Any]]:
+        """Yield the JSONL records of the store: a header, then one per memory."""
+        return self.export_records()
+
+    def export_jsonl(self, fp: IO[str]) -> int:
+        """Write :meth:`export` to a text file; returns the number of memories."""
+        return self._write_jsonl(fp)
 
     def reset(self) -> None:
         """Erase everything in the store: every scope, all history. Not undoable."""
@@ -781,6 +796,32 @@ class AsyncMemory(_Base):
         """See :meth:`Memory.retry_extraction`."""
         result: dict[str, Any] = await self._run(self._ops.retry_extraction(failure_id))
         return result
+
+    async def export(self, batch: int = 256) -> AsyncIterator[dict[str, Any]]:
+        """See :meth:`Memory.export`; the store is read in a worker thread, ``batch`` at a time."""
+        records = self.export_records()
+        while True:
+            chunk = await asyncio.to_thread(lambda: list(itertools.islice(records, batch)))
+            if not chunk:
+                return
+            for record in chunk:
+                yield record
+
+    async def export_jsonl(self, fp: IO[str]) -> int:
+        """See :meth:`Memory.export_jsonl` (the whole write runs in a worker thread)."""
+        return await asyncio.to_thread(self._write_jsonl, fp)
+
+    async def import_jsonl(self, fp: IO[str]) -> int:
+        """See :meth:`Memory.import_jsonl`; reading, embedding and writing leave the loop free."""
+        self._whole_store("import_jsonl()")
+        _, rows = await asyncio.to_thread(self._read_import, fp)
+        await self._run(self._ops._bind())
+        await asyncio.to_thread(self._embed_stale, rows)
+        native = self._native_store()
+        if native is not None:
+            count: int = await native.import_rows(rows)
+            return count
+        return await asyncio.to_thread(self.store.import_rows, rows)
 
     async def reset(self) -> None:
         """See :meth:`Memory.reset`."""

@@ -229,7 +229,7 @@ class MemoryService:
             scope: Mapping[str, str | None] = {}
         else:
             scope, _ = resolve_scope(caller, ids)
-        records = self._for(caller).export()
+        records = self._for(caller).export_records()
         header = next(records)
         yield json.dumps(header, ensure_ascii=False) + "\n"
         for record in records:
