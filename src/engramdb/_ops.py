@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from engramdb._engine import Complete, EmbedDocuments, EmbedQuery, Emit, Flow, StoreCall
+from engramdb._time import utc_now
 from engramdb.config import EngramConfig, ExtractionConfig
 from engramdb.core.filters import Node, parse_filters, split_scope
 from engramdb.core.text import content_hash
@@ -84,7 +85,6 @@ from engramdb.stores.base import (
     Scope,
     visible_scope,
 )
-from engramdb.stores.sqlite import utc_now
 
 __all__ = ["Operations", "event_dict", "item"]
 

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engramdb._time import utc_now
 from engramdb.config import default_home
 from engramdb.core.validate import check_id
 from engramdb.errors import ConfigError, ValidationError
-from engramdb.stores.sqlite import utc_now
 
 __all__ = [
     "KEY_PREFIX",

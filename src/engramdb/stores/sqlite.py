@@ -24,12 +24,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engramdb._time import utc_now
 from engramdb.core.bm25 import BM25Index
 from engramdb.core.filters import Node, compile_sqlite
 from engramdb.core.vectors import VectorIndex
@@ -72,7 +72,7 @@ from engramdb.stores.base import (
 )
 from engramdb.stores.sqlite_schema import LATEST, MIGRATIONS
 
-__all__ = ["SQLiteStore", "utc_now"]
+__all__ = ["SQLiteStore"]
 
 log = logging.getLogger("engramdb.store")
 
@@ -83,11 +83,6 @@ _COLS = (
     "m.attributed_to, m.memory_type, m.metadata, m.created_at, m.updated_at, m.observed_at, "
     "m.expires_at, m.deleted_at, m.version"
 )
-
-
-def utc_now() -> str:
-    """Current time as the ISO-8601 UTC string every timestamp column uses."""
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _vec_blob(vec: np.ndarray[Any, Any]) -> bytes:
