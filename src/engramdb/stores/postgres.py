@@ -54,6 +54,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from engramdb._time import utc_now
 from engramdb.core.bm25 import BM25Index
 from engramdb.core.filters import Node
 from engramdb.core.filters_pg import compile_postgres
@@ -98,7 +99,6 @@ from engramdb.stores.base import (
     visible_scope,
 )
 from engramdb.stores.postgres_schema import BOOTSTRAP, LATEST, MIGRATION_LOCK, MIGRATIONS
-from engramdb.stores.sqlite import utc_now
 
 try:  # the optional dependency: pip install 'engramdb[postgres]'
     import psycopg
@@ -198,14 +198,43 @@ def _register_vector(con: Any, info: TypeInfo) -> None:
 # -- scope and liveness ---------------------------------------------------------------------
 
 
-class _Cache:
-    """The keyword index of one primary scope id, and the horizon it has read up to."""
+@dataclass(frozen=True)
+class _Snapshot:
+    """What a catch-up has read: every transaction below ``xmax`` not in ``xip`` had ended.
 
-    __slots__ = ("bm25", "horizon")
+    The next catch-up reads only rows stamped by a transaction that had not
+    ended then: ``txid >= xmax`` or ``txid`` in ``xip``. A long transaction
+    stays in ``xip`` (an index probe), and what it holds back is not read
+    again and again (reading every ``txid >= xmin`` was: all the changes
+    since it began, on every search).
+    """
+
+    xmax: int
+    xip: frozenset[int]
+
+    @staticmethod
+    def parse(text: str) -> _Snapshot:
+        """From ``pg_snapshot``'s text form ``xmin:xmax:xip,...``."""
+        _, xmax, xip = text.split(":")
+        return _Snapshot(int(xmax), frozenset(int(x) for x in xip.split(",") if x))
+
+    def covers(self, other: _Snapshot) -> bool:
+        """Whether every transaction that had ended in ``other`` had ended in this one."""
+        return other.xmax <= self.xmax and all(x in other.xip or x >= other.xmax for x in self.xip)
+
+
+class _Cache:
+    """The keyword index of one primary scope id, and the snapshot it has read up to."""
+
+    __slots__ = ("bm25", "snapshot")
 
     def __init__(self) -> None:
         self.bm25 = BM25Index()
-        self.horizon = 0
+        self.snapshot: _Snapshot | None = None
+
+
+_REBIND = "engramdb: the embedder binding changed"
+"""Text of the error a binding guard raises in SQL (see ``_Flows.guard_binding``)."""
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -226,11 +255,15 @@ class _Flows:
         self.max_cached = max_cached_docs
         self.ef_search = ef_search
         self.iterative_scan = True
-        self.dim: int | None = None
+        # The embedder this process bound; every vector write and search checks
+        # the store's binding against it (another process may reset and re-bind).
+        self.binding: tuple[str, int] | None = None
         self.caches: OrderedDict[tuple[str, str], _Cache] = OrderedDict()
+        # Guards the caches dict and the epoch; never held across I/O.
         self.lock = threading.RLock()
-        self.epoch = ""
+        self.epoch = "-1"
         self.caught_up_rows = 0
+        """Rows read by keyword-cache catch-ups so far (a figure for tests and benchmarks)."""
 
     def t(self, name: str) -> str:
         """A table of this store, schema-qualified."""
@@ -352,9 +385,41 @@ class _Flows:
                 f"PostgreSQL schema {self.schema!r} holds vectors from {bound[0]!r} "
                 f"(dim {bound[1]}), but the configured embedder is {model!r} (dim {dim}); "
                 "configure the same embedder, or export and re-import into a new store to "
-                "re-embed"
+                "re-embed (another process may have reset the store and bound another model)"
             )
-        self.dim = dim
+        self.binding = (model, dim)
+
+    def binding_lock(self, *, exclusive: bool = False) -> _Q:
+        """Vector writes share it; reset takes it alone, so none straddles a reset."""
+        fn = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        return _Q(
+            f"SELECT {fn}(hashtextextended(%s, 0))", (f"{self.schema}\x1fbinding",), fetch="none"
+        )
+
+    def guard_binding(self, *, write: bool = True) -> Tx[None]:
+        """The store is still bound to this process's embedder, at no round trip.
+
+        A write (under the shared binding lock, taken before any row lock)
+        fails when the binding is not ours -- absent after a reset, or another
+        model's -- and the driver binds again (or raises
+        EmbedderMismatchError) and reruns it; a read fails only on another
+        model. The failure is a cast error raised in SQL, so the statement can
+        be pipelined; the cast is of a column, which the planner cannot fold.
+        """
+        if self.binding is None:
+            return
+        if write:
+            yield self.binding_lock()
+        meta = self.t("meta")
+        absent = "" if write else f"EXISTS (SELECT 1 FROM {meta} WHERE key = 'embedder_model') AND "
+        yield _Q(
+            f"SELECT (CASE WHEN {absent}(NOT EXISTS (SELECT 1 FROM {meta} WHERE key = "
+            f"'embedder_model' AND value = %s) OR NOT EXISTS (SELECT 1 FROM {meta} WHERE key = "
+            "'embedder_dim' AND value = %s)) THEN %s || key END)::int FROM "
+            f"{meta} WHERE key = 'epoch'",
+            (self.binding[0], str(self.binding[1]), _REBIND + ": "),
+            fetch="none",
+        )
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -470,6 +535,8 @@ class _Flows:
         partition = sees.partition
         sees_sql, sees_params = self.scope_clause(sees)
         yield self.owner_lock(owner)
+        if memories:
+            yield from self.guard_binding()  # coherence: no vectors of another model
         msg_rowids = (yield from self.insert_messages(messages, scope, ts)) + list(source_rowids)
         if resolve_failure is not None:
             yield _Q(
@@ -894,6 +961,7 @@ class _Flows:
         owner = yield from self.owner_of(memory_id)
         yield self.owner_lock(owner)
         if embedding is not None:
+            yield from self.guard_binding()
             yield from self.upsert_entities(owner, entities, ts)
         old = yield from self.locked_row(memory_id, live=True)
         yield from self.set_content(
@@ -979,6 +1047,7 @@ class _Flows:
         owner = yield from self.owner_of(plan.memory_id)
         yield self.owner_lock(owner)
         if embedding is not None:
+            yield from self.guard_binding()
             yield from self.upsert_entities(owner, entities, ts)
         old = yield from self.locked_row(plan.memory_id, live=False)
         if old.version != plan.expected_version or (old.deleted_at is not None) != plan.undelete:
@@ -1192,6 +1261,7 @@ class _Flows:
         )
 
     def import_rows(self, rows: Sequence[dict[str, Any]]) -> Tx[int]:
+        yield from self.guard_binding()
         ids = [r["id"] for r in rows]
         clash = yield _Q(f"SELECT id FROM {self.t('memories')} WHERE id = ANY(%s)", (ids,))
         if clash:
@@ -1297,6 +1367,8 @@ class _Flows:
                 "memories",
             )
         )
+        # First: wait out vector writes in flight, so none commits after the reset.
+        yield self.binding_lock(exclusive=True)
         yield _Q(f"TRUNCATE {tables}", fetch="none")
         yield _Q(
             f"DELETE FROM {self.t('meta')} WHERE key = ANY(%s)",
@@ -1566,6 +1638,7 @@ class _Flows:
     def vector_search(
         self, scope: Scope, where: Node | None, query: np.ndarray[Any, Any], k: int
     ) -> Tx[list[tuple[MemoryRow, float]]]:
+        yield from self.guard_binding(write=False)
         sql, params = self.where(scope, where)
         raw = yield from self.nearest(sql, params, query, k, full=True)
         return [(row, 1.0 - float(r[_NCOLS])) for r, row in zip(raw, self.rows(raw), strict=True)]
@@ -1588,11 +1661,10 @@ class _Flows:
         entities: Sequence[str],
         n: int,
     ) -> Tx[list[Candidate]]:
-        bound = yield from self.ensure_dim()
-        if not bound:
-            return []
         kind, value = scope.items()[0]
         cache = yield from self.catch_up(kind, value)
+        if cache is None:
+            return []  # nothing bound since the last reset: no vectors anywhere
         sql, params = self.where(scope, where)
         allowed = yield from self.allowed(scope, where, sql, params)
         if allowed is not None and allowed.size == 0:
@@ -1652,19 +1724,25 @@ class _Flows:
             for key, (row, cosine) in found.items()
         ]
 
-    def ensure_dim(self) -> Tx[bool]:
-        if self.dim is None:
-            bound = yield from self.read_binding()
-            if bound is None:
-                return False
-            self.dim = bound[1]
+    def check_binding(self, model: str | None, dim: str | None) -> bool:
+        """Whether the store is bound; raises if it is bound to another embedder than ours."""
+        if model is None:
+            return False
+        if self.binding is not None and (model, str(self.binding[1])) != (self.binding[0], dim):
+            raise EmbedderMismatchError(
+                f"PostgreSQL schema {self.schema!r} holds vectors from {model!r} (dim {dim}), "
+                f"but the configured embedder is {self.binding[0]!r} (dim {self.binding[1]}); "
+                "another process reset the store and bound another model"
+            )
         return True
 
-    def catch_up(self, kind: str, value: str) -> Tx[_Cache]:
+    def catch_up(self, kind: str, value: str) -> Tx[_Cache | None]:
         """The keyword cache of one primary scope id, caught up with this snapshot.
 
-        One query: its first row (rowid -1) carries the epoch and the snapshot's
-        xmin, the others are the scope's rows changed since the cache's horizon.
+        One query: its first row (rowid -1) carries the epoch, the snapshot
+        and the binding; the others are the scope's rows stamped by
+        transactions that had not ended at the cache's last snapshot. None
+        when no embedder is bound (nothing to search).
         """
         key = (kind, value)
         if kind == "user_id":
@@ -1675,47 +1753,76 @@ class _Flows:
                 f"{self.t('memory_scope')} WHERE kind = %s AND value = %s))"
             )
             params = [value, kind, value]
-        sql = (
-            f"SELECT -1, NULL, (SELECT value FROM {self.t('meta')} WHERE key = 'epoch'), "
-            "pg_snapshot_xmin(pg_current_snapshot())::text UNION ALL "
-            f"SELECT m.rowid, m.deleted_at IS NULL, m.terms, NULL FROM {self.t('memories')} m "
-            f"WHERE m.txid >= %s::xid8 AND {member} "
-            # Row order is the index's tie order (BM25Index breaks equal scores by
-            # insertion): rowid order, as SQLite's catch-up reads them.
-            "ORDER BY 1"
+        meta = self.t("meta")
+        head = (
+            f"SELECT -1, NULL, (SELECT value FROM {meta} WHERE key = 'epoch'), "
+            "pg_current_snapshot()::text, "
+            f"(SELECT value FROM {meta} WHERE key = 'embedder_model'), "
+            f"(SELECT value FROM {meta} WHERE key = 'embedder_dim') UNION ALL "
         )
+        full = False
         for _ in range(3):
             with self.lock:
                 known = self.caches.get(key)
-                since = known.horizon if known is not None else 0
-            rows = yield _Q(sql, [str(since), *params])
-            head = next(r for r in rows if r[0] == -1)
-            epoch, xmin = str(head[2]), int(head[3])
+                since = known.snapshot if known is not None and not full else None
+            if since is None:
+                changed_sql, changed = "TRUE", []
+            elif since.xip:
+                changed_sql = "(m.txid >= %s::xid8 OR m.txid = ANY(%s::xid8[]))"
+                changed = [str(since.xmax), [str(x) for x in sorted(since.xip)]]
+            else:
+                changed_sql, changed = "m.txid >= %s::xid8", [str(since.xmax)]
+            rows = yield _Q(
+                f"{head}SELECT m.rowid, m.deleted_at IS NULL, m.terms, NULL, NULL, NULL "
+                f"FROM {self.t('memories')} m WHERE {changed_sql} AND {member} "
+                # Row order is the index's tie order (BM25Index breaks equal scores by
+                # insertion): rowid order, as SQLite's catch-up reads them.
+                "ORDER BY 1",
+                [*changed, *params],
+            )
+            top = next(r for r in rows if r[0] == -1)
+            if not self.check_binding(top[4], top[5]):
+                return None
+            epoch, snap = str(top[2]), _Snapshot.parse(top[3])
+            found = [r for r in rows if r[0] != -1]
             with self.lock:
-                if epoch != self.epoch:
+                self.caught_up_rows += len(found)
+                if int(epoch) > int(self.epoch):
                     # A purge or reset: what it erased cannot be read as a change.
                     self.caches.clear()
                     self.epoch = epoch
+                elif epoch != self.epoch:
+                    # This snapshot predates a purge another thread has seen: serve
+                    # it from a private cache, filled whole, and keep the shared ones.
+                    if since is None:
+                        return self._apply(_Cache(), found, snap)
+                    full = True
+                    continue
                 cache = self.caches.get(key)
-                if cache is None and since == 0:
+                if cache is None:
+                    if since is not None:
+                        continue  # dropped meanwhile: read it whole
                     cache = self.caches[key] = _Cache()
-                if cache is None or cache.horizon < since:
-                    continue  # dropped or replaced meanwhile: read from its horizon
+                if cache.snapshot is since:
+                    self._apply(cache, found, snap)
+                elif cache.snapshot is None or not cache.snapshot.covers(snap):
+                    continue  # moved meanwhile, not past our snapshot: read from there
+                # (else: another thread caught up from a newer snapshot; it wins)
                 self.caches.move_to_end(key)
-                # A thread that caught up from a newer snapshot meanwhile wins.
-                if xmin >= cache.horizon:
-                    changed = [r for r in rows if r[0] != -1]
-                    self.caught_up_rows += len(changed)
-                    dead = [int(r[0]) for r in changed if not r[1]]
-                    live = [r for r in changed if r[1]]
-                    if dead:
-                        cache.bm25.remove(dead)
-                    if live:
-                        cache.bm25.add([int(r[0]) for r in live], [r[2].split() for r in live])
-                    cache.horizon = xmin
                 self.evict()
                 return cache
         raise ConflictError("the keyword index kept being reset while it was read; search again")
+
+    @staticmethod
+    def _apply(cache: _Cache, rows: Sequence[Sequence[Any]], snap: _Snapshot) -> _Cache:
+        dead = [int(r[0]) for r in rows if not r[1]]
+        live = [r for r in rows if r[1]]
+        if dead:
+            cache.bm25.remove(dead)
+        if live:
+            cache.bm25.add([int(r[0]) for r in live], [r[2].split() for r in live])
+        cache.snapshot = snap
+        return cache
 
     def evict(self) -> None:
         total = sum(len(c.bm25) for c in self.caches.values())
