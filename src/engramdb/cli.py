@@ -1485,7 +1485,11 @@ def bench_torture(
     fuzz_examples: Annotated[
         int,
         typer.Option(
-            metavar="N", help="REST fuzzing: generated requests per operation, mode and key."
+            metavar="N",
+            help=(
+                "REST fuzzing: requests generated per operation, valid and invalid "
+                "(each sent with an admin and a user-bound key)."
+            ),
         ),
     ] = 50,
     parts: Annotated[

@@ -42,9 +42,11 @@ def variants(secret: str) -> list[str]:
     common words that are everywhere.
     """
     forms = {secret, secret.lower(), secret.upper(), secret.casefold(), secret.title()}
-    for token in re.findall(r"\w+", secret):
+    # Tokens shorter than five characters ("42" of "ZEBRA-42") match random
+    # bytes of any file; the whole secret, in every case, still covers them.
+    tokens = [t for t in re.findall(r"\w+", secret) + index_terms(secret).split() if len(t) >= 5]
+    for token in tokens:
         forms.update({token, token.lower(), token.upper(), token.casefold(), token.title()})
-    forms.update(index_terms(secret).split())
     return sorted(f for f in forms if f)
 
 

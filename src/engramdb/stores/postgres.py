@@ -46,6 +46,7 @@ import json
 import logging
 import struct
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
@@ -1852,10 +1853,73 @@ _READ = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 # execution is planned for its own values.
 _SESSION = "SET TIME ZONE 'UTC'; SET plan_cache_mode = force_custom_plan"
 _WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
+# Sent right after a write's BEGIN (pipelined: no round trip of its own): if
+# the connection breaks after COMMIT was sent, pg_xact_status(xid) on a new
+# connection tells whether it committed.
+_XID = "SELECT pg_current_xact_id()::text"
+_STATUS = "SELECT pg_xact_status(%s::xid8)"
+_STATUS_WAIT_S = 10.0
+"""How long to wait for a cut-off transaction to stop being 'in progress'."""
+
+
+class _LostAtCommit(Exception):
+    """The connection broke after COMMIT was sent: the write may or may not have committed.
+
+    Carries the transaction id (None if its reply never arrived) and the
+    flow's result, which is the write's result if it did commit.
+    """
+
+    def __init__(self, xid: int | None, result: Any, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.xid = xid
+        self.result = result
+        self.cause = cause
+
+
+class _Tracker:
+    """What a write transaction's driver knows when its connection breaks."""
+
+    __slots__ = ("committing", "cursor", "result", "xid")
+
+    def __init__(self) -> None:
+        self.committing = False
+        self.cursor: Any = None  # the cursor of _XID, until its row is read
+        self.xid: int | None = None
+        self.result: Any = None
+
+    def commit(self, result: Any) -> None:
+        """COMMIT is about to be sent; ``result`` is the write's if it commits."""
+        self.committing = True
+        self.result = result
+
+    def synced(self) -> None:
+        """After a pipeline sync: the xid's row has arrived; keep it."""
+        if self.cursor is not None and self.xid is None:
+            row = self.cursor.fetchone()
+            self.xid = int(row[0]) if row else None
+
+
+def _unknown_outcome(lost: _LostAtCommit, status: str | None) -> StoreError:
+    where = f"transaction {lost.xid} is {status!r}" if lost.xid is not None else "no xid"
+    return StoreError(
+        "the connection to PostgreSQL broke during COMMIT and the outcome of this write is "
+        f"unknown ({where}); it was not retried, since it may have been applied: check (e.g. "
+        f"get() or history()) before repeating it. Cause: {lost.cause}"
+    )
+
+
+def _is_rebind(exc: Exception) -> bool:
+    """Whether ``exc`` is the error of a binding guard (``_Flows.guard_binding``)."""
+    return isinstance(exc, psycopg.DataError) and _REBIND in str(exc)
 
 
 def _translate(exc: Exception) -> Exception:
     """A psycopg error as the EngramError an API caller should see."""
+    if _is_rebind(exc):
+        return EmbedderMismatchError(
+            "the store is now bound to another embedder than this process's (another "
+            "process reset it and bound another model); configure the same embedder"
+        )
     if isinstance(exc, psycopg.DataError) and "NUL" in str(exc):
         return ValidationError(
             "PostgreSQL cannot store the NUL character (\\x00) in text; remove it from the "
@@ -1999,6 +2063,7 @@ class PostgresStore:
         """
         if begin is None:
             return _drive(flow, lambda q: _result(con.execute(q.sql, q.params), q))
+        tracker = _Tracker()
         try:
             if not pipeline:
                 con.execute(begin)
@@ -2007,42 +2072,92 @@ class PostgresStore:
                 return result
             with con.pipeline() as pipe:
                 con.execute(begin)
+                if begin == _WRITE:
+                    tracker.cursor = con.execute(_XID)
 
                 def perform(q: _Q) -> Any:
                     cur = con.execute(q.sql, q.params)
                     if q.fetch == "none":
                         return None
                     pipe.sync()
+                    tracker.synced()
                     return _result(cur, q)
 
                 result = _drive(flow, perform)
+                tracker.commit(result)
                 con.execute("COMMIT")
             return result
+        except psycopg.OperationalError as exc:
+            if tracker.committing and con.broken:
+                raise _LostAtCommit(tracker.xid, tracker.result, exc) from exc
+            with contextlib.suppress(psycopg.Error):
+                con.execute("ROLLBACK")
+            raise
         except BaseException:
             with contextlib.suppress(psycopg.Error):
                 con.execute("ROLLBACK")
             raise
 
+    def _commit_status(self, xid: int | None) -> str | None:
+        """'committed', 'aborted', or None (unknown) for a write cut off at COMMIT."""
+        if xid is None:
+            return None
+        deadline = time.monotonic() + _STATUS_WAIT_S
+        try:
+            # A new connection, not the pool: its other connections may be dead too.
+            with psycopg.connect(self.settings.url, autocommit=True, connect_timeout=10) as con:
+                while True:
+                    row = con.execute(_STATUS, (str(xid),)).fetchone()
+                    status = row[0] if row else None
+                    # 'in progress': the server has not yet noticed the dead connection.
+                    if status != "in progress" or time.monotonic() > deadline:
+                        return status if status in ("committed", "aborted") else None
+                    time.sleep(0.05)
+        except psycopg.Error:
+            return None
+
+    def _rebind(self) -> None:
+        """After a binding guard failed: bind this process's embedder again, or refuse."""
+        binding = self.flows.binding
+        assert binding is not None
+        self._run(lambda: self.flows.bind_embedder(*binding), write=True)
+
     def _run(self, make: Callable[[], Tx[T]], *, write: bool, single: bool = False) -> T:
         """Run a flow in a pooled connection: retry writes PostgreSQL aborted, and stale links."""
         attempts = _WRITE_RETRIES if write else 2
         begin = _WRITE if write else (None if single else _READ)
+        rebound = False
         for attempt in range(attempts):
             con: psycopg.Connection[Any] | None = None
             try:
                 with self.pool().connection() as con:
                     return self._transaction(con, make(), begin)
+            except _LostAtCommit as lost:
+                # Never rerun a write that may have committed: ask the server.
+                status = self._commit_status(lost.xid)
+                if status == "committed":
+                    return lost.result  # type: ignore[no-any-return]
+                if status != "aborted" or attempt == attempts - 1:
+                    raise _unknown_outcome(lost, status) from lost.cause
+                log.warning("retrying a write cut off at COMMIT (it was rolled back)")
             except _RETRYABLE as exc:
                 if attempt == attempts - 1:
                     raise StoreError(f"PostgreSQL kept aborting the write: {exc}") from exc
                 log.warning("retrying a write PostgreSQL aborted (%s)", type(exc).__name__)
             except psycopg.OperationalError as exc:
                 # A pooled connection the server dropped (restart, failover, idle
-                # timeout): nothing was committed on it; try once on a fresh one.
+                # timeout) before COMMIT was sent (_LostAtCommit otherwise): nothing
+                # was committed on it; try once on a fresh one.
                 if con is None or not con.broken or attempt > 0:
                     raise _translate(exc) from exc
                 log.warning("retrying on a fresh connection (%s)", exc)
             except psycopg.Error as exc:
+                if write and not rebound and _is_rebind(exc):
+                    # The binding changed under us (a reset elsewhere): bind ours
+                    # again, which refuses another model, and rerun the write.
+                    rebound = True
+                    self._rebind()
+                    continue
                 raise _translate(exc) from exc
         raise AssertionError("unreachable")
 
@@ -2357,33 +2472,78 @@ class AsyncPostgresStore:
                 return await fetch(await con.execute(q.sql, q.params), q)
 
             return await _adrive(flow, direct)
+        tracker = _Tracker()
         try:
             async with con.pipeline() as pipe:
                 await con.execute(begin)
+                xid_cur = await con.execute(_XID) if begin == _WRITE else None
 
                 async def perform(q: _Q) -> Any:
                     cur = await con.execute(q.sql, q.params)
                     if q.fetch == "none":
                         return None
                     await pipe.sync()
+                    if xid_cur is not None and tracker.xid is None:
+                        row = await xid_cur.fetchone()
+                        tracker.xid = int(row[0]) if row else None
                     return await fetch(cur, q)
 
                 result = await _adrive(flow, perform)
+                tracker.commit(result)
                 await con.execute("COMMIT")
             return result
+        except psycopg.OperationalError as exc:
+            if tracker.committing and con.broken:
+                raise _LostAtCommit(tracker.xid, tracker.result, exc) from exc
+            with contextlib.suppress(psycopg.Error):
+                await con.execute("ROLLBACK")
+            raise
         except BaseException:
             with contextlib.suppress(psycopg.Error):
                 await con.execute("ROLLBACK")
             raise
 
+    async def _rebind(self) -> None:
+        """See :meth:`PostgresStore._rebind`."""
+        binding = self.flows.binding
+        assert binding is not None
+        await self._run(lambda: self.flows.bind_embedder(*binding), write=True)
+
+    async def _commit_status(self, xid: int | None) -> str | None:
+        """See :meth:`PostgresStore._commit_status`."""
+        if xid is None:
+            return None
+        deadline = time.monotonic() + _STATUS_WAIT_S
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                self.sync.settings.url, autocommit=True, connect_timeout=10
+            ) as con:
+                while True:
+                    cur = await con.execute(_STATUS, (str(xid),))
+                    row = await cur.fetchone()
+                    status = row[0] if row else None
+                    if status != "in progress" or time.monotonic() > deadline:
+                        return status if status in ("committed", "aborted") else None
+                    await asyncio.sleep(0.05)
+        except psycopg.Error:
+            return None
+
     async def _run(self, make: Callable[[], Tx[T]], *, write: bool, single: bool = False) -> T:
         attempts = _WRITE_RETRIES if write else 2
         begin = _WRITE if write else (None if single else _READ)
+        rebound = False
         for attempt in range(attempts):
             con: psycopg.AsyncConnection[Any] | None = None
             try:
                 async with (await self.pool()).connection() as con:
                     return await self._transaction(con, make(), begin)
+            except _LostAtCommit as lost:
+                status = await self._commit_status(lost.xid)
+                if status == "committed":
+                    return lost.result  # type: ignore[no-any-return]
+                if status != "aborted" or attempt == attempts - 1:
+                    raise _unknown_outcome(lost, status) from lost.cause
+                log.warning("retrying a write cut off at COMMIT (it was rolled back)")
             except _RETRYABLE as exc:
                 if attempt == attempts - 1:
                     raise StoreError(f"PostgreSQL kept aborting the write: {exc}") from exc
@@ -2393,6 +2553,10 @@ class AsyncPostgresStore:
                     raise _translate(exc) from exc
                 log.warning("retrying on a fresh connection (%s)", exc)
             except psycopg.Error as exc:
+                if write and not rebound and _is_rebind(exc):
+                    rebound = True
+                    await self._rebind()
+                    continue
                 raise _translate(exc) from exc
         raise AssertionError("unreachable")
 
