@@ -599,13 +599,13 @@ def test_postgres_long_transaction_does_not_make_searches_reread(
             for i in range(n):
                 writer.add(f"note {i} about item {i}", user_id=USER)
             before = _rows_read(reader)
-            assert len(found(reader)) == n + 1
+            assert len(found(reader)) == min(n + 1, 1000)  # top_k's bound
             first = _rows_read(reader) - before
             reads = []
             started = time.perf_counter()
             for _ in range(5):
                 mark = _rows_read(reader)
-                assert len(found(reader)) == n + 1
+                assert len(found(reader)) == min(n + 1, 1000)  # top_k's bound
                 reads.append(_rows_read(reader) - mark)
             per_search_ms = (time.perf_counter() - started) / 5 * 1000
             with psycopg.connect(pg_config["url"]) as con:
@@ -619,7 +619,7 @@ def test_postgres_long_transaction_does_not_make_searches_reread(
             # a write while the long transaction is still open is seen once
             writer.add("one more note", user_id=USER)
             mark = _rows_read(reader)
-            assert len(found(reader)) == n + 2
+            assert len(found(reader)) == min(n + 2, 1000)
             after_write = _rows_read(reader) - mark
             long_tx.rollback()
     with capsys.disabled():

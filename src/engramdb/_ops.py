@@ -105,8 +105,11 @@ _ITEM_FIELDS = (
 )
 
 
-def item(row: MemoryRow) -> dict[str, Any]:
-    """A stored memory in mem0's result shape (optional fields only when set)."""
+def item(row: MemoryRow, linkable: set[str] | None = None) -> dict[str, Any]:
+    """A stored memory in mem0's result shape (optional fields only when set).
+
+    ``linkable``: the linked ids the caller may see (``None``: all).
+    """
     out: dict[str, Any] = {
         "id": row.id,
         "memory": row.text,
@@ -123,7 +126,9 @@ def item(row: MemoryRow) -> dict[str, Any]:
         out["run_ids"] = [row.run_id, *row.run_ids] if row.run_id else list(row.run_ids)
     if row.agent_ids:
         out["agent_ids"] = [row.agent_id, *row.agent_ids] if row.agent_id else list(row.agent_ids)
-    out["linked_memory_ids"] = list(row.linked_ids)
+    out["linked_memory_ids"] = [
+        i for i in row.linked_ids if linkable is None or i in linkable
+    ]
     return out
 
 
@@ -807,34 +812,33 @@ class Operations:
         yield from self._bind()
         vec = yield EmbedQuery(text)
         hits = yield from self._hybrid(scope, where, text, vec, k, rerank=True)
-        results = []
+        found: list[tuple[MemoryRow, dict[str, Any]]] = []
         seen = {h.row.id for h in hits}
         for hit in hits:
             if thr is not None and hit.score < thr:
                 continue
-            out = item(hit.row)
-            out["score"] = hit.score
+            out: dict[str, Any] = {"score": hit.score}
             if explain:
                 out["explain"] = hit.explain
-            results.append(out)
+            found.append((hit.row, out))
             if expand_links:
                 for linked_id in hit.row.linked_ids:
                     if linked_id in seen:
                         continue
                     seen.add(linked_id)
                     linked = self._seen((yield StoreCall("get", (linked_id,))), scope)
-                    if linked is None:
-                        continue
-                    extra = item(linked)
-                    extra["score"] = hit.score
-                    extra["linked_from"] = hit.row.id
-                    results.append(extra)
-        return {"results": results}
+                    if linked is not None:
+                        found.append((linked, {"score": hit.score, "linked_from": hit.row.id}))
+        shown = yield from self._linkable([row for row, _ in found])
+        return {"results": [{**item(row, shown), **extra} for row, extra in found]}
 
     def get(self, memory_id: object) -> Flow[dict[str, Any] | None]:
         """``Memory.get``."""
         row = self._seen((yield StoreCall("get", (self._memory_id(memory_id),))))
-        return None if row is None else item(row)
+        if row is None:
+            return None
+        shown = yield from self._linkable([row])
+        return item(row, shown)
 
     def get_all(
         self,
@@ -850,7 +854,8 @@ class Operations:
             raise ValidationError(f"offset must be a non-negative integer, got {offset!r}")
         scope, where = self._scope_and_where(filters, ids, "get_all()")
         rows = yield StoreCall("list_memories", (scope, where), {"limit": k, "offset": offset})
-        return {"results": [item(r) for r in rows]}
+        shown = yield from self._linkable(rows)
+        return {"results": [item(r, shown) for r in rows]}
 
     def history(self, memory_id: object) -> Flow[list[dict[str, Any]]]:
         """``Memory.history``."""
@@ -876,6 +881,21 @@ class Operations:
                 raise
             # Only reachable from memories attached to an agent before schema v2.
             raise DuplicateMemoryError(exc.memory_id, None) from None
+
+    def _linkable(self, rows: Sequence[MemoryRow]) -> Flow[set[str] | None]:
+        """The linked ids of ``rows`` a bound caller may see; ``None``: all of them.
+
+        A link between two memories is stored once and read from both ends, so
+        a memory the caller sees may be linked to one it may not (the user
+        linked her own secret to her coach's memory): that id stays hidden.
+        """
+        if self.within is None:
+            return None
+        linked = [i for r in rows for i in r.linked_ids]
+        if not linked:
+            return set()
+        found: set[str] = yield StoreCall("visible_ids", (self.within, linked))
+        return found
 
     def _visible_by_id(self, memory_id: str) -> Flow[MemoryRow]:
         """A memory the caller may see, deleted ones included; else MemoryNotFoundError."""
@@ -906,7 +926,8 @@ class Operations:
         ordered = sorted(
             found.values(), key=lambda r: (r.observed_at or r.created_at, r.created_at)
         )
-        return [item(r) for r in ordered]
+        shown = yield from self._linkable(ordered)
+        return [item(r, shown) for r in ordered]
 
     # -- changes ----------------------------------------------------------------------------
 
@@ -957,7 +978,8 @@ class Operations:
             )
         )
         yield from self._emit([event])
-        return {"message": "Memory updated successfully!", **item(new_row)}
+        shown = yield from self._linkable([new_row])
+        return {"message": "Memory updated successfully!", **item(new_row, shown)}
 
     def delete(
         self,
@@ -1015,7 +1037,8 @@ class Operations:
             )
         )
         yield from self._emit([event])
-        return item(row)
+        shown = yield from self._linkable([row])
+        return item(row, shown)
 
     def purge(self, memory_id: object, ids: dict[str, object]) -> Flow[dict[str, Any]]:
         """``Memory.purge``: irreversible erasure."""

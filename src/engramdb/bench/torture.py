@@ -98,6 +98,20 @@ Tick = Callable[..., None]
 # -- the machine, progress -----------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _quiet(*names: str) -> Iterator[None]:
+    """Silence loggers whose messages the part counts itself (restored afterwards)."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
 def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
@@ -776,12 +790,7 @@ def _part_corpus(workdir: Path, bars: _Progress) -> dict[str, Any]:
     embedder = _CachedEmbedder()
     verdicts: list[dict[str, Any]] = []
     # Every hostile reply makes the pipeline log what it dropped or retried: expected here.
-    quiet = logging.getLogger("engramdb")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    with contextlib.ExitStack() as stack:
-        stack.callback(quiet.setLevel, level)
-        server = stack.enter_context(WireServer())
+    with _quiet("engramdb"), WireServer() as server:
         llm = make_llm(
             "openai_compatible",
             {"base_url": server.base_url, "model": "torture", "max_retries": 0, "timeout": 60},
@@ -964,8 +973,10 @@ def _part_fuzz(workdir: Path, examples: int, bars: _Progress) -> dict[str, Any]:
     }
     samples: list[str] = []
     per_operation: dict[str, int] = {}
+    app = create_app(memory, keys=keys, limits=limits, close_memory=True)
+    # A 5xx is counted, with its request as a curl command; its traceback would be noise.
     try:
-        with _LiveServer(create_app(memory, keys=keys, limits=limits, close_memory=True)) as live:
+        with _quiet("engramdb", "uvicorn", "uvicorn.error"), _LiveServer(app) as live:
             schema = schemathesis.openapi.from_url(f"{live.url}/openapi.json")
             found = list(schema.get_all_operations())
             operations = [r.ok() for r in found if isinstance(r, Ok)]

@@ -428,6 +428,10 @@ class Store(Protocol):
         """Write exported rows back in one transaction; returns the count."""
         ...
 
+    def visible_ids(self, scope: Scope, memory_ids: Sequence[str]) -> set[str]:
+        """Which of ``memory_ids`` are memories ``scope`` sees (deleted ones included)."""
+        ...
+
     def count(self) -> int:
         """Number of memory rows (deleted ones included)."""
         ...

@@ -31,11 +31,13 @@ takes over when the index returns fewer rows than asked.
 Keyword search keeps the SQLite backend's ranking exactly: the same
 in-memory :class:`~engramdb.core.bm25.BM25Index` per primary scope id, over
 the same stored terms. A cache catches up by reading rows whose ``txid``
-(the ``xid8`` of the transaction that last changed them) is at least the
-``xmin`` of the snapshot it last read at: every transaction below that
-horizon had finished, so nothing committed late can be missed (a plain
+(the ``xid8`` of the transaction that last changed them) belongs to a
+transaction that had not ended at the snapshot it last read at (``txid >=
+xmax`` or in ``xip``), so nothing committed late can be missed (a plain
 sequence would be: numbers are taken in one order and committed in
-another). Purge and reset bump ``meta.epoch``, which drops every cache.
+another) and a long transaction elsewhere does not make every search read
+again what it holds back. Purge and reset bump ``meta.epoch``, which drops
+every cache.
 """
 
 from __future__ import annotations
@@ -1544,6 +1546,16 @@ class _Flows:
         row = yield _Q(f"SELECT count(*) FROM {self.t('memories')}", fetch="one")
         return int(row[0])
 
+    def visible_ids(self, scope: Scope, memory_ids: Sequence[str]) -> Tx[set[str]]:
+        if not memory_ids:
+            return set()
+        clause, params = self.scope_clause(scope)
+        rows = yield _Q(
+            f"SELECT m.id FROM {self.t('memories')} m WHERE m.id = ANY(%s) AND {clause}",
+            (list(dict.fromkeys(memory_ids)), *params),
+        )
+        return {r[0] for r in rows}
+
     def export_chunk(self, after: int, size: int) -> Tx[tuple[int, list[dict[str, Any]]]]:
         raw = yield _Q(
             f"SELECT {self.cols}, m.embedding, m.terms FROM {self.t('memories')} m "
@@ -2381,6 +2393,12 @@ class PostgresStore:
         """Write exported rows back in one transaction; returns the count."""
         return self._run(lambda: self.flows.import_rows(rows), write=True)
 
+    def visible_ids(self, scope: Scope, memory_ids: Sequence[str]) -> set[str]:
+        """Which of ``memory_ids`` are memories ``scope`` sees (deleted ones included)."""
+        return self._run(
+            lambda: self.flows.visible_ids(scope, memory_ids), write=False, single=True
+        )
+
     def count(self) -> int:
         """Number of memory rows (deleted ones included)."""
         return self._run(self.flows.count, write=False, single=True)
@@ -2782,6 +2800,12 @@ class AsyncPostgresStore:
     async def import_rows(self, rows: Sequence[dict[str, Any]]) -> int:
         """See :meth:`PostgresStore.import_rows`."""
         return await self._run(lambda: self.flows.import_rows(rows), write=True)
+
+    async def visible_ids(self, scope: Scope, memory_ids: Sequence[str]) -> set[str]:
+        """See :meth:`PostgresStore.visible_ids`."""
+        return await self._run(
+            lambda: self.flows.visible_ids(scope, memory_ids), write=False, single=True
+        )
 
     async def count(self) -> int:
         """See :meth:`PostgresStore.count`."""

@@ -1308,6 +1308,22 @@ class SQLiteStore:
             for r in rows
         ]
 
+    def visible_ids(self, scope: Scope, memory_ids: Sequence[str]) -> set[str]:
+        """Which of ``memory_ids`` are memories ``scope`` sees (deleted ones included)."""
+        found: set[str] = set()
+        clause, params = _sees_clause(scope)
+        with self._read() as con:
+            for chunk in _chunks(list(dict.fromkeys(memory_ids)), 400):
+                found.update(
+                    r[0]
+                    for r in con.execute(
+                        f"SELECT m.id FROM memories m WHERE m.id IN "
+                        f"({','.join('?' * len(chunk))}) AND {clause}",
+                        [*chunk, *params],
+                    )
+                )
+        return found
+
     def count(self) -> int:
         """Number of memory rows (deleted ones included)."""
         with self._read() as con:
