@@ -34,6 +34,7 @@ from engramdb import (
 )
 from engramdb.core.filters import parse_filters
 from engramdb.core.filters_pg import compile_postgres
+from engramdb.stores.postgres_schema import LATEST
 from engramdb.embedders import LocalEmbedder
 from engramdb.stores import STORE_URL_ENV, make_store
 from engramdb.stores.base import NewMemory, Scope
@@ -201,7 +202,8 @@ def test_concurrent_first_opens_migrate_once(pg_server: PgServer) -> None:
             t.join(60)
         assert not errors, errors
         s = '"' + config["collection_name"] + '"'
-        assert q(config["url"], f"SELECT value FROM {s}.meta WHERE key = 'schema_version'") == "1"
+        version = q(config["url"], f"SELECT value FROM {s}.meta WHERE key = 'schema_version'")
+        assert version == str(LATEST)
         # a schema written by a newer engramdb is refused
         with psycopg.connect(config["url"], autocommit=True) as con:
             con.execute(f"UPDATE {s}.meta SET value = '99' WHERE key = 'schema_version'")

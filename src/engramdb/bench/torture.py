@@ -993,6 +993,8 @@ def _part_fuzz(workdir: Path, examples: int, bars: _Progress) -> dict[str, Any]:
                     _fuzz_one(
                         op, mode, examples, live.url, headers, counts, samples, per_operation, tick
                     )
+                # Hypothesis stops early where an operation has few distinct inputs.
+                tick(0, total=counts["requests"] + counts["unreachable"])
     finally:
         keys.close()
     return {
@@ -1340,7 +1342,8 @@ def print_report(report: dict[str, Any]) -> None:
             f"{part['wall_s']:.0f}",
             f"{part['load_avg_start']:.1f}→{part['load_avg_end']:.1f}",
         )
-    console = Console(highlight=False)
+    # Wide enough for the figures when the output is a file or a pipe (80 columns there).
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
     console.print(table)
     err = Console(highlight=False, stderr=True)
     machine = report["machine"]

@@ -1379,7 +1379,6 @@ class _Flows:
             fetch="none",
         )
         yield self.bump_epoch()
-        self.dim = None
 
     # -- reads --------------------------------------------------------------------------------
 

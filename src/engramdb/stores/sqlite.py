@@ -1179,7 +1179,6 @@ class SQLiteStore:
             con.execute("DELETE FROM memory_fts")
             con.execute("DELETE FROM meta WHERE key IN ('embedder_model', 'embedder_dim')")
             con.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'epoch'")
-        self._dim = None
         self._scrub()
 
     # -- reads -------------------------------------------------------------------------
