@@ -34,11 +34,11 @@ from engramdb import (
 )
 from engramdb.core.filters import parse_filters
 from engramdb.core.filters_pg import compile_postgres
-from engramdb.stores.postgres_schema import LATEST
 from engramdb.embedders import LocalEmbedder
 from engramdb.stores import STORE_URL_ENV, make_store
 from engramdb.stores.base import NewMemory, Scope
 from engramdb.stores.postgres import AsyncPostgresStore, PostgresStore
+from engramdb.stores.postgres_schema import LATEST
 from pg import PgServer
 from test_filters import CORE_COLUMNS, Row, filter_dicts, ref_rows, row_id, rows
 
