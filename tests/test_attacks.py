@@ -36,7 +36,6 @@ import pytest
 from engramdb import AsyncMemory, Memory
 from engramdb.bench._attacks import (
     AdversarialLLM,
-    RunBoundKeys,
     context_blocks,
     run_attack_suite,
     serve_app,
@@ -44,6 +43,7 @@ from engramdb.bench._attacks import (
 from engramdb.bench._wire import RecordedRequest, WireServer
 from engramdb.embedders import LocalEmbedder
 from engramdb.server import create_app
+from engramdb.server.keys import KeyStore
 
 # -- the lab: one REST server per extraction mode, with the adversarial LLM ---------------------
 
@@ -51,7 +51,7 @@ from engramdb.server import create_app
 @dataclass
 class Lab:
     url: str
-    keys: RunBoundKeys
+    keys: KeyStore
     admin: str
     wire: WireServer
     llm: AdversarialLLM
@@ -129,7 +129,7 @@ def _start(mode: str, folder: Path, embedder: LocalEmbedder) -> Iterator[Lab]:
             "extraction": {"mode": mode},
         }
         memory = AsyncMemory(folder / "engram.db", config=config, embedder=embedder, actor="server")
-        keys = RunBoundKeys(folder / "keys.db")
+        keys = KeyStore(folder / "keys.db")
         admin = keys.create(admin=True, name="admin").key
         inspector = Memory(folder / "engram.db", embedder=embedder, llm=None)
         with serve_app(create_app(memory, keys=keys, close_memory=True)) as url:
@@ -419,7 +419,7 @@ def test_a_run_bound_key_sees_only_its_run(additive: Lab) -> None:
     in_r2 = f"In session two I said my secret code is {token_r2}"
     r2_id = additive.plant(in_r2, user_id=user, run_id="r2")
     additive.plant(f"My therapist is Dr Lee and my secret code is {token_user}", user_id=user)
-    r1 = additive.keys.create_run_key(user, "r1")
+    r1 = additive.keys.create(user_id=user, run_id="r1").key
     own = "In this session I asked how secret codes are kept"
     additive.own(r1, own)
     additive.llm.program(["The user asked about the secret code"])

@@ -287,3 +287,22 @@ def test_a_duplicate_on_update_never_names_a_hidden_memory(mem: Memory) -> None:
     with pytest.raises(DuplicateMemoryError) as told:
         mem.update(legacy, "Alice likes coffee")
     assert told.value.existing_id == hidden
+
+
+def test_keys_bind_a_run_and_old_key_files_migrate(tmp_path: Path) -> None:
+    from engramdb.server.keys import KeyStore
+
+    path = tmp_path / "keys.db"
+    with sqlite3.connect(path) as old:  # a key file written before keys could bind a run
+        old.execute(
+            "CREATE TABLE api_keys (id TEXT PRIMARY KEY, secret_sha256 TEXT NOT NULL, name TEXT, "
+            "user_id TEXT, agent_id TEXT, admin INTEGER NOT NULL DEFAULT 0, "
+            "created_at TEXT NOT NULL, revoked_at TEXT)"
+        )
+        old.execute("PRAGMA user_version = 1")
+    keys = KeyStore(path)
+    created = keys.create(user_id="alice", run_id="r1")
+    found = keys.verify(created.key)
+    assert found is not None and found.scope == {"user_id": "alice", "run_id": "r1"}
+    assert keys.create(run_id="r2").info.scope == {"run_id": "r2"}
+    keys.close()

@@ -947,6 +947,7 @@ def _keys(keys_db: Path | None) -> Any:
 def keys_create(
     user_id: UserId = None,
     agent_id: AgentId = None,
+    run_id: RunId = None,
     admin: Annotated[
         bool, typer.Option("--admin", help="A key that may act on every scope.")
     ] = False,
@@ -960,11 +961,13 @@ def keys_create(
 ) -> None:
     """Create an API key bound to a scope (or --admin); prints it once, alone on the last line."""
     with _expected_errors():
-        created = _keys(keys_db).create(user_id=user_id, agent_id=agent_id, admin=admin, name=name)
+        created = _keys(keys_db).create(
+            user_id=user_id, agent_id=agent_id, run_id=run_id, admin=admin, name=name
+        )
     if json_out:
         _print_json({"key": created.key, **created.info.as_dict()})
         return
-    scope = "every scope (admin)" if admin else _describe_scope(user_id, agent_id, None)
+    scope = "every scope (admin)" if admin else _describe_scope(user_id, agent_id, run_id)
     _say(f"Created key {created.info.id} for {scope}. It is shown only now; store it safely:")
     typer.echo(created.key)
 
@@ -989,7 +992,7 @@ def keys_list(
     for column in ("id", "name", "scope", "created", "revoked"):
         table.add_column(column, no_wrap=column != "name")
     for k in found:
-        scope = "admin" if k.admin else _describe_scope(k.user_id, k.agent_id, None)
+        scope = "admin" if k.admin else _describe_scope(k.user_id, k.agent_id, k.run_id)
         table.add_row(
             k.id, Text(k.name or ""), Text(scope), _when(k.created_at), _when(k.revoked_at)
         )

@@ -37,8 +37,6 @@ whose agent is coach (primary or attached), not alice's agent-less ones.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import inspect
 import json
 import logging
 import re
@@ -50,7 +48,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, Protocol
 
 import anyio
 import anyio.to_thread
@@ -58,12 +56,11 @@ import anyio.to_thread
 from engramdb.bench._wire import RecordedRequest, Reply, WireServer
 from engramdb.embedders.base import Embedder
 from engramdb.memory import AsyncMemory, Memory
-from engramdb.server.keys import ApiKey, KeyStore
+from engramdb.server.keys import KeyStore
 
 __all__ = [
     "KINDS",
     "AdversarialLLM",
-    "RunBoundKeys",
     "Tally",
     "context_blocks",
     "run_attack_suite",
@@ -216,50 +213,6 @@ class AdversarialLLM:
 
 
 # -- keys bound to a run --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _RunKey(ApiKey):
-    run_id: str | None = None
-
-    @property
-    def scope(self) -> dict[str, str]:
-        """The key's user/agent scope plus its run."""
-        out = dict(super().scope)
-        if self.run_id is not None:
-            out["run_id"] = self.run_id
-        return out
-
-
-class RunBoundKeys(KeyStore):
-    """A :class:`KeyStore` that can also issue keys bound to ``{user_id, run_id}``.
-
-    When the key store itself takes a ``run_id`` (a key for one session),
-    that is used; otherwise the key is stored bound to the user and this
-    store remembers its run, so both servers see a caller bound to the run.
-    """
-
-    def __init__(self, path: str | Path | None = None) -> None:
-        """Open the key file at ``path``."""
-        super().__init__(path)
-        self._runs: dict[str, str] = {}
-
-    def create_run_key(self, user_id: str, run_id: str) -> str:
-        """A key bound to ``{user_id, run_id}``; returns the key."""
-        if "run_id" in inspect.signature(KeyStore.create).parameters:
-            created = cast(Any, self).create(user_id=user_id, run_id=run_id)
-            return str(created.key)
-        new = self.create(user_id=user_id, name=f"run {run_id}")
-        self._runs[new.info.id] = run_id
-        return new.key
-
-    def verify(self, key: str) -> ApiKey | None:
-        """The live key ``key`` is (with its run, for a run key), or ``None``."""
-        found = super().verify(key)
-        if found is None or found.id not in self._runs:
-            return found
-        fields = {f.name: getattr(found, f.name) for f in dataclasses.fields(ApiKey)}
-        return _RunKey(**fields, run_id=self._runs[found.id])
 
 
 # -- servers ----------------------------------------------------------------------------------
@@ -563,7 +516,7 @@ class _Arena:
         self.llm = AdversarialLLM()
         self.victims = _victims()
         self.db = folder / "engram.db"
-        self.keys = RunBoundKeys(folder / "keys.db")
+        self.keys = KeyStore(folder / "keys.db")
         self.admin = self.keys.create(admin=True, name="admin").key
         self.alice = self.keys.create(user_id="alice", name="alice").key
         self.attackers = [
@@ -574,7 +527,7 @@ class _Arena:
             ),
             _Attacker(
                 "{alice, run r1}",
-                self.keys.create_run_key("alice", "r1"),
+                self.keys.create(user_id="alice", run_id="r1").key,
                 {"user_id": "alice", "run_id": "r1"},
                 run_probe=False,
             ),

@@ -49,8 +49,8 @@ KEY_PREFIX = "ek"
 
 _KEY_RE = re.compile(r"^ek_([0-9a-f]{8})_([A-Za-z0-9_-]{43})$")
 _ID_RE = re.compile(r"^(?:ek_)?([0-9a-f]{8})$")
-_SCHEMA_VERSION = 1
-_SCHEMA = """
+_MIGRATIONS = (
+    """
 CREATE TABLE IF NOT EXISTS api_keys (
     id            TEXT PRIMARY KEY,
     secret_sha256 TEXT NOT NULL,
@@ -61,7 +61,11 @@ CREATE TABLE IF NOT EXISTS api_keys (
     created_at    TEXT NOT NULL,
     revoked_at    TEXT
 );
-"""
+""",
+    # Version 2: a key may be bound to one run (a conversation) as well.
+    "ALTER TABLE api_keys ADD COLUMN run_id TEXT;",
+)
+_SCHEMA_VERSION = len(_MIGRATIONS)
 
 
 def default_keys_path() -> Path:
@@ -80,6 +84,7 @@ class ApiKey:
     admin: bool
     created_at: str
     revoked_at: str | None
+    run_id: str | None = None
 
     @property
     def scope(self) -> dict[str, str]:
@@ -91,6 +96,8 @@ class ApiKey:
             out["user_id"] = self.user_id
         if self.agent_id is not None:
             out["agent_id"] = self.agent_id
+        if self.run_id is not None:
+            out["run_id"] = self.run_id
         return out
 
     def as_dict(self) -> dict[str, Any]:
@@ -100,6 +107,7 @@ class ApiKey:
             "name": self.name,
             "user_id": self.user_id,
             "agent_id": self.agent_id,
+            "run_id": self.run_id,
             "admin": self.admin,
             "created_at": self.created_at,
             "revoked_at": self.revoked_at,
@@ -127,10 +135,13 @@ def _row(row: tuple[Any, ...]) -> ApiKey:
         admin=bool(row[4]),
         created_at=row[5],
         revoked_at=row[6],
+        run_id=row[7],
     )
 
 
-_COLUMNS = "id, name, user_id, agent_id, admin, created_at, revoked_at"
+_COLUMNS = "id, name, user_id, agent_id, admin, created_at, revoked_at, run_id"
+_SECRET = len(_COLUMNS.split(", "))
+"""Where ``secret_sha256`` is in a row of ``SELECT {_COLUMNS}, secret_sha256``."""
 
 
 class KeyStore:
@@ -160,16 +171,24 @@ class KeyStore:
         try:
             conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             conn.execute("PRAGMA busy_timeout = 5000")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > _SCHEMA_VERSION:
+            # Read the version under the write lock: two processes opening an old
+            # file at once must not both migrate it.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version > _SCHEMA_VERSION:
+                    raise ConfigError(
+                        f"{self.path} was written by a newer engramdb (key schema {version}); "
+                        "upgrade engramdb"
+                    )
+                for step in range(version, _SCHEMA_VERSION):
+                    conn.execute(_MIGRATIONS[step])
+                    conn.execute(f"PRAGMA user_version = {step + 1}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
                 conn.close()
-                raise ConfigError(
-                    f"{self.path} was written by a newer engramdb (key schema {version}); "
-                    "upgrade engramdb"
-                )
-            if version < _SCHEMA_VERSION:
-                conn.executescript(_SCHEMA)
-                conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+                raise
         except sqlite3.DatabaseError as exc:
             raise ConfigError(f"cannot open the key file {self.path}: {exc}") from None
         self._conn = conn
@@ -180,24 +199,28 @@ class KeyStore:
         *,
         user_id: str | None = None,
         agent_id: str | None = None,
+        run_id: str | None = None,
         admin: bool = False,
         name: str | None = None,
     ) -> NewKey:
         """Create a key bound to a scope (or an admin key) and return it with its secret.
 
-        A non-admin key needs a ``user_id`` or an ``agent_id``: it can only
-        read and change memories of that scope. An admin key may act on any
-        scope and takes no scope ids.
+        A non-admin key needs a ``user_id``, an ``agent_id`` and/or a
+        ``run_id``: it can only read and change memories of that scope (a
+        run-bound key sees that run's memories only). An admin key may act on
+        any scope and takes no scope ids.
         """
         user = check_id("user_id", user_id)
         agent = check_id("agent_id", agent_id)
-        if admin and (user or agent):
+        run = check_id("run_id", run_id)
+        if admin and (user or agent or run):
             raise ValidationError(
                 "an admin key acts on every scope; give --admin or scope ids, not both"
             )
-        if not admin and user is None and agent is None:
+        if not admin and user is None and agent is None and run is None:
             raise ValidationError(
-                "a key needs the scope it may use (--user-id and/or --agent-id), or --admin"
+                "a key needs the scope it may use (--user-id, --agent-id and/or --run-id), "
+                "or --admin"
             )
         if name is not None and (not name.strip() or len(name) > 200):
             raise ValidationError("a key's name must be 1 to 200 characters")
@@ -214,13 +237,13 @@ class KeyStore:
                 try:
                     conn.execute(
                         f"INSERT INTO api_keys ({_COLUMNS}, secret_sha256) "
-                        "VALUES (?, ?, ?, ?, ?, ?, NULL, ?)",
-                        (key_id, name, user, agent, int(admin), created, _digest(key)),
+                        "VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+                        (key_id, name, user, agent, int(admin), created, run, _digest(key)),
                     )
                 except sqlite3.IntegrityError:  # pragma: no cover - a 1 in 4 billion clash
                     continue
                 self._any = True
-                info = ApiKey(key_id, name, user, agent, admin, created, None)
+                info = ApiKey(key_id, name, user, agent, admin, created, None, run)
                 return NewKey(key=key, info=info)
 
     def list_keys(self) -> list[ApiKey]:
@@ -260,7 +283,7 @@ class KeyStore:
             )
             if row is None or conn is None:
                 raise ValidationError(f"no key with id {key_id!r} (see `engram keys list`)")
-            if match and not hmac.compare_digest(row[7], _digest(text)):
+            if match and not hmac.compare_digest(row[_SECRET], _digest(text)):
                 raise ValidationError(f"no key with id {key_id!r} matches the key given")
             conn.execute(
                 "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
@@ -294,7 +317,7 @@ class KeyStore:
             row = conn.execute(
                 f"SELECT {_COLUMNS}, secret_sha256 FROM api_keys WHERE id = ?", (match.group(1),)
             ).fetchone()
-        if row is None or not hmac.compare_digest(row[7], _digest(key)):
+        if row is None or not hmac.compare_digest(row[_SECRET], _digest(key)):
             return None
         info = _row(row)
         return None if info.revoked_at is not None else info
