@@ -306,3 +306,28 @@ def test_keys_bind_a_run_and_old_key_files_migrate(tmp_path: Path) -> None:
     assert found is not None and found.scope == {"user_id": "alice", "run_id": "r1"}
     assert keys.create(run_id="r2").info.scope == {"run_id": "r2"}
     keys.close()
+
+
+def test_scores_of_a_view_do_not_depend_on_memories_it_cannot_see(mem: Memory) -> None:
+    # BM25's document frequencies and an entity's degree are statistics over a
+    # set of memories: over the user's whole store they would let a bound
+    # caller's scores tell whether hidden memories hold a word or a name.
+    coach = mem.scoped(user_id="alice", agent_id="coach")
+    coach.add("Alice's code word is QX7781923, she told Harriet Quimby", infer=False)
+    coach.add("Alice walks every morning", infer=False)
+
+    def scores() -> list[tuple[str, float, dict[str, Any]]]:
+        hits = coach.search("QX7781923 Harriet Quimby", explain=True)["results"]
+        return [(h["memory"], h["score"], h["explain"]) for h in hits]
+
+    before = scores()
+    assert before and before[0][0].startswith("Alice's code word")
+    for n in range(6):
+        mem.add(f"Harriet Quimby holds passport QX7781923, copy {n}", user_id="alice", infer=False)
+        mem.add(
+            f"Harriet Quimby is alice's doctor {n}", user_id="alice", agent_id="doctor", infer=False
+        )
+    assert scores() == before
+    # the unbound library still ranks over the whole user, where those memories count
+    wide = mem.search("QX7781923 Harriet Quimby", user_id="alice", explain=True)["results"]
+    assert len(wide) > len(before)

@@ -147,11 +147,16 @@ class BM25Index:
         terms: Sequence[str],
         k: int,
         allowed: Keys | None = None,
+        population: Keys | None = None,
     ) -> tuple[Keys, Scores]:
         """The ``k`` best keys for the query terms, best first, with their BM25 scores.
 
         Only documents containing at least one query term are returned;
-        ``allowed`` restricts the result to those keys.
+        ``allowed`` restricts the result to those keys. ``population`` is the
+        set whose statistics (document count, frequencies, mean length) the
+        scores use — all documents when ``None``. A search narrowed to what a
+        caller may see passes that set: statistics over the whole index would
+        let the scores tell whether hidden documents hold a word.
         """
         with self._lock:
             if self._live == 0 or k <= 0:
@@ -159,16 +164,29 @@ class BM25Index:
             n = len(self._keys)
             if self._lengths_arr is None:
                 self._lengths_arr = np.array(self._lengths, dtype=np.float32)
-            avgdl = self._total_len / self._live if self._live else 1.0
+            members: npt.NDArray[np.bool_] | None = None
+            if population is None:
+                live, avgdl = self._live, self._total_len / self._live
+            else:
+                members = np.isin(self._keys_array(), population) & self._alive_array()
+                live = int(members.sum())
+                if live == 0:
+                    return np.empty(0, np.int64), np.empty(0, np.float32)
+                avgdl = float(self._lengths_arr[members].sum()) / live
             norm = self.k1 * (1 - self.b + self.b * self._lengths_arr / max(avgdl, 1e-9))
             scores = np.zeros(n, dtype=np.float32)
             hit = np.zeros(n, dtype=bool)
             for term in dict.fromkeys(terms):
-                df = self._df.get(term, 0)
-                if df <= 0:
+                if self._df.get(term, 0) <= 0:
                     continue
-                idf = math.log(1 + (self._live - df + 0.5) / (df + 0.5))
                 rows, tf = self._postings_of(term)
+                if members is not None:
+                    inside = members[rows]
+                    rows, tf = rows[inside], tf[inside]
+                df = rows.size
+                if df == 0:
+                    continue
+                idf = math.log(1 + (live - df + 0.5) / (df + 0.5))
                 scores[rows] += idf * tf * (self.k1 + 1) / (tf + norm[rows])
                 hit[rows] = True
             candidates = np.flatnonzero(hit)

@@ -1683,32 +1683,37 @@ class _Flows:
             return []
         sem = yield from self.nearest(sql, params, query, n)
         sem_keys = [int(r[0]) for r in sem]
-        kw_keys, _ = cache.bm25.search(terms, n, allowed=allowed)
+        # Statistics (BM25's, entity degrees) come from what the search may
+        # return, never from memories the caller cannot see.
+        kw_keys, _ = cache.bm25.search(terms, n, allowed=allowed, population=allowed)
         linked: dict[int, list[tuple[str, int]]] = {}
         if entities:
             # Every link of a memory that can end up in the pool: memories of
             # entities with at most n memories (the pool takes them), and the
             # vector and keyword hits. An entity linked to thousands of memories
             # is counted once, not listed whole.
-            owner = "" if scope.user_id is None else " AND e.owner = %(owner)s"
+            owner = "" if scope.user_id is None else " AND e.owner = %s"
             me = self.t("memory_entities")
             ents = yield _Q(
                 f"WITH q AS (SELECT e.rowid, e.normalized FROM {self.t('entities')} e "
-                f"WHERE e.normalized = ANY(%(names)s){owner}), "
+                f"WHERE e.normalized = ANY(%s){owner}), "
                 f"d AS (SELECT q.rowid, q.normalized, (SELECT count(*) FROM {me} x "
-                "WHERE x.entity_rowid = q.rowid) AS degree FROM q), "
+                f"JOIN {self.t('memories')} m ON m.rowid = x.memory_rowid "
+                f"WHERE x.entity_rowid = q.rowid AND {sql}) AS degree FROM q), "
                 f"small AS (SELECT l.memory_rowid FROM {me} l JOIN d ON d.rowid = l.entity_rowid "
-                "WHERE d.degree <= %(n)s) "
+                "WHERE d.degree <= %s) "
                 f"SELECT l.memory_rowid, d.normalized, d.degree FROM d JOIN {me} l ON "
-                "l.entity_rowid = d.rowid WHERE d.degree <= %(n)s OR l.memory_rowid = "
-                "ANY(%(hits)s) OR l.memory_rowid IN (SELECT memory_rowid FROM small) "
+                "l.entity_rowid = d.rowid WHERE d.degree <= %s OR l.memory_rowid = "
+                "ANY(%s) OR l.memory_rowid IN (SELECT memory_rowid FROM small) "
                 'ORDER BY d.normalized COLLATE "C", d.rowid, l.memory_rowid',
-                {
-                    "names": list(entities),
-                    "owner": scope.owner,
-                    "n": n,
-                    "hits": sorted(set(sem_keys) | {int(x) for x in kw_keys.tolist()}),
-                },
+                (
+                    list(entities),
+                    *([scope.owner] if scope.user_id is not None else []),
+                    *params,
+                    n,
+                    n,
+                    sorted(set(sem_keys) | {int(x) for x in kw_keys.tolist()}),
+                ),
             )
             for mrow, name, degree in ents:
                 linked.setdefault(int(mrow), []).append((name, int(degree)))
@@ -1720,7 +1725,7 @@ class _Flows:
         if allowed is not None:
             keys = keys[np.isin(keys, allowed)]
         found = yield from self.rows_by_rowid([int(x) for x in keys], sql, params, query)
-        bm_keys, bm = cache.bm25.search(terms, keys.size, allowed=keys)
+        bm_keys, bm = cache.bm25.search(terms, keys.size, allowed=keys, population=allowed)
         bm25 = dict(zip(bm_keys.tolist(), bm.tolist(), strict=True))
         sem_rank = {key: i + 1 for i, key in enumerate(sem_keys)}
         kw_rank = {key: i + 1 for i, key in enumerate(kw_keys.tolist())}

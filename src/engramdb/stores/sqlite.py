@@ -1435,7 +1435,9 @@ class SQLiteStore:
             if allowed is not None and allowed.size == 0:
                 return []
             sem_keys, _ = cache.index.search(query, n, allowed=allowed)
-            kw_keys, _ = cache.bm25.search(terms, n, allowed=allowed)
+            # Statistics (BM25's, entity degrees) come from what the search may
+            # return, never from memories the caller cannot see.
+            kw_keys, _ = cache.bm25.search(terms, n, allowed=allowed, population=allowed)
             pool = set(sem_keys.tolist()) | set(kw_keys.tolist())
             linked: dict[int, list[tuple[str, int]]] = {}
             if entities:
@@ -1446,9 +1448,10 @@ class SQLiteStore:
                 )
                 ents = con.execute(
                     "SELECT e.rowid, e.normalized, (SELECT count(*) FROM memory_entities x "
-                    "WHERE x.entity_rowid = e.rowid) FROM entities e "
+                    "JOIN memories m ON m.rowid = x.memory_rowid "
+                    f"WHERE x.entity_rowid = e.rowid AND {sql}) FROM entities e "
                     f"WHERE e.normalized IN ({marks}){owner_sql}",
-                    [*entities, *owner_params],
+                    [*params, *entities, *owner_params],
                 ).fetchall()
                 found_otherwise = sorted(pool)
                 for erow, name, degree in ents:
@@ -1477,7 +1480,7 @@ class SQLiteStore:
             # Entity links may point outside the scope: the SQL of _rows_by_rowid
             # (scope, filters, liveness) decides what survives.
             cos_keys, cos = cache.index.search(query, keys.size, allowed=keys)
-            bm_keys, bm = cache.bm25.search(terms, keys.size, allowed=keys)
+            bm_keys, bm = cache.bm25.search(terms, keys.size, allowed=keys, population=allowed)
             found = self._rows_by_rowid(con, keys, sql, params)
         cosine = dict(zip(cos_keys.tolist(), cos.tolist(), strict=True))
         bm25 = dict(zip(bm_keys.tolist(), bm.tolist(), strict=True))
