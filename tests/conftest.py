@@ -14,6 +14,13 @@ import pytest
 from engramdb import Memory
 from engramdb.embedders import LocalEmbedder
 
+# The LoCoMo benchmarks read their data from --data or $ENGRAM_LOCOMO only (it is
+# CC BY-NC 4.0 and never shipped). The checkout, like CI's clone, has shared/ beside
+# it with a dev file: the tests use that one unless the environment names another.
+_LOCOMO_DEV = Path(__file__).resolve().parents[2] / "shared/data/locomo/locomo-dev.json"
+if not os.environ.get("ENGRAM_LOCOMO") and _LOCOMO_DEV.is_file():
+    os.environ["ENGRAM_LOCOMO"] = str(_LOCOMO_DEV)
+
 
 @pytest.fixture(scope="session")
 def embedder() -> LocalEmbedder:

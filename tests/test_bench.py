@@ -17,9 +17,10 @@ import pytest
 from engramdb import Memory
 from engramdb.bench import perf
 
+_DATA = perf.default_data_path()  # $ENGRAM_LOCOMO (tests/conftest.py sets it when it can)
 pytestmark = pytest.mark.skipif(
-    not perf.default_data_path().is_file(),
-    reason=f"LoCoMo data not found at {perf.default_data_path()}",
+    _DATA is None or not _DATA.is_file(),
+    reason=f"LoCoMo data not found (ENGRAM_LOCOMO={_DATA})",
 )
 
 

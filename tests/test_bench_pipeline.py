@@ -155,3 +155,23 @@ def test_cli_pipeline_json(tmp_path: Path, data_file: Path) -> None:
     assert len(report["per_add"]) == 4 and len(report["concurrency"]) == 4
     bad = CliRunner().invoke(app, ["bench", "pipeline", "--data", str(tmp_path / "none.json")])
     assert bad.exit_code == 1 and "not found" in bad.output
+
+
+@pytest.mark.parametrize("command", ["pipeline", "perf", "locomo-retrieval", "locomo-qa"])
+def test_cli_bench_without_data_names_both_ways(
+    command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ENGRAM_LOCOMO", raising=False)
+    result = CliRunner().invoke(app, ["bench", command])
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert "--data" in message and "ENGRAM_LOCOMO" in message and "CC BY-NC" in message
+
+
+def test_cli_bench_data_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGRAM_LOCOMO", str(tmp_path / "none.json"))
+    missing = CliRunner().invoke(app, ["bench", "pipeline", "--adds", "1"])
+    assert missing.exit_code == 1 and "none.json" in missing.output
+    # An existing file is checked as the options are read, from the variable too.
+    retrieval = CliRunner().invoke(app, ["bench", "locomo-retrieval"])
+    assert retrieval.exit_code == 2 and "none.json" in " ".join(retrieval.output.split())

@@ -766,3 +766,27 @@ def test_backends_return_the_same_records(tmp_path: Path, pg_config: dict[str, A
         )  # fmt: skip
         s.close()
     assert results[0] == results[1]
+
+
+def test_the_async_protocol_mirrors_the_sync_one() -> None:
+    # A backend author implements Store (and, for native async I/O, AsyncStore):
+    # both must name the same operations with the same parameters.
+    import inspect
+
+    from engramdb.stores.base import AsyncStore
+
+    def methods(proto: type) -> dict[str, list[tuple[str, Any, Any]]]:
+        return {
+            name: [
+                (p.name, p.kind, p.default)
+                for p in inspect.signature(fn).parameters.values()
+            ]
+            for name, fn in vars(proto).items()
+            if callable(fn) and not name.startswith("_")
+        }
+
+    sync, asyn = methods(Store), methods(AsyncStore)
+    assert sync == asyn
+    for name in asyn:
+        fn = getattr(AsyncStore, name)
+        assert inspect.iscoroutinefunction(fn) == (name != "export_rows"), name

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-from engramdb.stores.base import HistoryEvent
+from engramdb.stores.base import HistoryEvent, Store
 
 __all__ = [
     "Complete",
@@ -29,9 +29,12 @@ __all__ = [
     "StoreCall",
     "run_async",
     "run_sync",
+    "store_call",
 ]
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
@@ -50,11 +53,31 @@ class EmbedQuery:
 
 @dataclass(frozen=True)
 class StoreCall:
-    """Call ``store.<method>(*args, **kwargs)``; result: its return value."""
+    """Call ``store.<method>(*args, **kwargs)``; result: its return value.
+
+    Flows do not build it by hand: :func:`store_call` takes the protocol
+    method itself, so mypy checks the arguments and the result type, and
+    "go to definition" leads to :class:`~engramdb.stores.base.Store`. The
+    drivers look the method up by name on the sync or the async store.
+    """
 
     method: str
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def store_call(
+    method: Callable[Concatenate[Store, P], R], /, *args: P.args, **kwargs: P.kwargs
+) -> Flow[R]:
+    """Perform one store operation, typed by the protocol method it names.
+
+    ``row = yield from store_call(Store.get, mid)``: ``method`` is a method
+    of the :class:`~engramdb.stores.base.Store` protocol; the result has its
+    return type under either driver (the async driver calls the same name on
+    an :class:`~engramdb.stores.base.AsyncStore`).
+    """
+    result = yield StoreCall(method.__name__, args, dict(kwargs))
+    return cast(R, result)
 
 
 @dataclass(frozen=True)

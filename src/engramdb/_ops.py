@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from engramdb._engine import Complete, EmbedDocuments, EmbedQuery, Emit, Flow, StoreCall
+from engramdb._engine import Complete, EmbedDocuments, EmbedQuery, Emit, Flow, store_call
 from engramdb._time import utc_now
 from engramdb.config import EngramConfig, ExtractionConfig
 from engramdb.core.filters import Node, parse_filters, split_scope
@@ -74,7 +74,7 @@ from engramdb.search import (
     fuse,
     plan_query,
 )
-from engramdb.stores._erasure import PLAN_ATTEMPTS, ErasurePlan, reindexed_terms
+from engramdb.stores._erasure import PLAN_ATTEMPTS, reindexed_terms
 from engramdb.stores.base import (
     AddOutcome,
     EntityRef,
@@ -83,6 +83,7 @@ from engramdb.stores.base import (
     NewMemory,
     NewMessage,
     Scope,
+    Store,
     visible_scope,
 )
 
@@ -204,7 +205,7 @@ class Operations:
         # Deferred to the first call that embeds: opening a store stays cheap and
         # reading needs no embedder.
         if not self._bound:
-            yield StoreCall("bind_embedder", (self.embedder_model, self.embedder_dim))
+            yield from store_call(Store.bind_embedder, self.embedder_model, self.embedder_dim)
             self._bound = True
 
     def unbind(self) -> None:
@@ -292,20 +293,28 @@ class Operations:
         visible = self._visible(prep.scope)
         # Embedding is most of the cost of an add: skip texts already stored where
         # the caller can see them (and only there: anything else reveals nothing).
-        known = yield StoreCall("existing_hashes", (visible, [m.hash for m in memories]))
+        known = yield from store_call(Store.existing_hashes, visible, [m.hash for m in memories])
         messages = prep.messages if store_messages else []
-        kwargs = {
-            "source_rowids": source_rowids,
-            "resolve_failure": resolve_failure,
-            "visible": visible,
-        }
+
+        def write() -> Flow[list[AddOutcome]]:
+            return store_call(
+                Store.add,
+                memories,
+                messages,
+                prep.scope,
+                self.actor,
+                source_rowids=source_rowids,
+                resolve_failure=resolve_failure,
+                visible=visible,
+            )
+
         try:
             yield from self._embed_new(memories, known)
-            outcomes = yield StoreCall("add", (memories, messages, prep.scope, self.actor), kwargs)
+            outcomes = yield from write()
         except ConflictError:
             # A known text was deleted meanwhile: it needs its vector after all.
             yield from self._embed_new(memories, set())
-            outcomes = yield StoreCall("add", (memories, messages, prep.scope, self.actor), kwargs)
+            outcomes = yield from write()
         yield from self._emit([o.history for o in outcomes])
         return list(outcomes)
 
@@ -414,7 +423,7 @@ class Operations:
         for attempt in range(2):
             said: list[tuple[str, int | None, int | None]] = []  # (content, rowid, index)
             if window:
-                earlier: list[NewMessage] = yield StoreCall("recent_messages", (prep.scope, window))
+                earlier = yield from store_call(Store.recent_messages, prep.scope, window)
                 said = [(m.content, m.rowid, None) for m in earlier if m.role != "system"]
             new = []
             for i, msg in enumerate(prep.messages):
@@ -492,8 +501,12 @@ class Operations:
             return (yield from ask)
         except (ReplyFormatError, LLMError) as exc:
             if failure_id is None:
-                failure_id = yield StoreCall(
-                    "keep_failed", (prep.scope, prep.messages, f"{type(exc).__name__}: {exc}", None)
+                failure_id = yield from store_call(
+                    Store.keep_failed,
+                    prep.scope,
+                    prep.messages,
+                    f"{type(exc).__name__}: {exc}",
+                    None,
                 )
             assert failure_id is not None
             raise ExtractionError(str(exc), failure_id, len(prep.messages)) from exc
@@ -522,8 +535,8 @@ class Operations:
         plan = plan_query(query, cfg)
         second = cfg.rerank if rerank else None
         want = max(k, second.pool) if second is not None else k
-        candidates = yield StoreCall(
-            "candidates", (scope, where, vec, plan.terms, plan.entities, max(cfg.pool, want))
+        candidates = yield from store_call(
+            Store.candidates, scope, where, vec, plan.terms, plan.entities, max(cfg.pool, want)
         )
         hits = fuse(candidates, cfg, plan)[:want]
         if second is not None and self.reranker is not None and len(hits) > 1:
@@ -545,9 +558,7 @@ class Operations:
     ) -> Flow[dict[str, Any]]:
         cfg = self.extraction
         scope = prep.scope
-        recent_messages: list[NewMessage] = yield StoreCall(
-            "recent_messages", (scope, cfg.recent_messages)
-        )
+        recent_messages = yield from store_call(Store.recent_messages, scope, cfg.recent_messages)
         if source_rowids:
             # A retry: the failed call's messages are already the newest stored ones.
             recent_messages = recent_messages[: max(0, len(recent_messages) - len(prep.messages))]
@@ -555,8 +566,8 @@ class Operations:
         # new session must see what earlier ones learnt to skip repeats and to link
         # a changed preference. Never wider: what the LLM is shown, it may repeat.
         visible = self._visible(scope)
-        recent_rows: list[MemoryRow] = yield StoreCall(
-            "list_memories", (visible, None), {"limit": cfg.recent_memories}
+        recent_rows = yield from store_call(
+            Store.list_memories, visible, None, limit=cfg.recent_memories
         )
         said = "\n".join(m.content for m in prep.chat if m.role != "system")
         related = yield from self._related(visible, said, cfg.related_memories)
@@ -738,10 +749,12 @@ class Operations:
                         }
                     )
                 elif op.event == "NONE":
-                    current = yield StoreCall("get", (op.memory_id,))
+                    current = yield from store_call(Store.get, op.memory_id)
                     if self._seen(current, visible) is None:
                         raise MemoryNotFoundError(op.memory_id)
-                    event = yield StoreCall("attach_session", (op.memory_id, prep.scope, "llm"))
+                    event = yield from store_call(
+                        Store.attach_session, op.memory_id, prep.scope, "llm"
+                    )
                     yield from self._emit([event])
                     results.append(
                         {"id": op.memory_id, "memory": existing[op.memory_id].text, "event": "NONE"}
@@ -756,7 +769,7 @@ class Operations:
             raise ValidationError(f"failure_id must be an integer, got {failure_id!r}")
         if not self.has_llm:
             raise ConfigError("retrying extraction needs an LLM; none is configured")
-        found = yield StoreCall("failure", (failure_id,))
+        found = yield from store_call(Store.failure, failure_id)
         if found is None:
             raise ValidationError(f"no extraction failure with id {failure_id}")
         scope, stored, resolved = found
@@ -786,9 +799,7 @@ class Operations:
         """Recorded extraction failures of a scope."""
         ids = self._inside(ids)
         scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="failures()")
-        found: list[dict[str, Any]] = yield StoreCall(
-            "failures", (scope,), {"include_resolved": include_resolved}
-        )
+        found = yield from store_call(Store.failures, scope, include_resolved=include_resolved)
         return found
 
     # -- reads ------------------------------------------------------------------------------
@@ -826,7 +837,7 @@ class Operations:
                     if linked_id in seen:
                         continue
                     seen.add(linked_id)
-                    linked = self._seen((yield StoreCall("get", (linked_id,))), scope)
+                    linked = self._seen((yield from store_call(Store.get, linked_id)), scope)
                     if linked is not None:
                         found.append((linked, {"score": hit.score, "linked_from": hit.row.id}))
         shown = yield from self._linkable([row for row, _ in found])
@@ -834,7 +845,7 @@ class Operations:
 
     def get(self, memory_id: object) -> Flow[dict[str, Any] | None]:
         """``Memory.get``."""
-        row = self._seen((yield StoreCall("get", (self._memory_id(memory_id),))))
+        row = self._seen((yield from store_call(Store.get, self._memory_id(memory_id))))
         if row is None:
             return None
         shown = yield from self._linkable([row])
@@ -853,7 +864,7 @@ class Operations:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValidationError(f"offset must be a non-negative integer, got {offset!r}")
         scope, where = self._scope_and_where(filters, ids, "get_all()")
-        rows = yield StoreCall("list_memories", (scope, where), {"limit": k, "offset": offset})
+        rows = yield from store_call(Store.list_memories, scope, where, limit=k, offset=offset)
         shown = yield from self._linkable(rows)
         return {"results": [item(r, shown) for r in rows]}
 
@@ -862,21 +873,21 @@ class Operations:
         mid = self._memory_id(memory_id)
         if self.within is not None:
             yield from self._visible_by_id(mid)
-        events = yield StoreCall("history", (mid,))
+        events = yield from store_call(Store.history, mid)
         if not events:
-            row = yield StoreCall("get", (mid,), {"include_deleted": True})
+            row = yield from store_call(Store.get, mid, include_deleted=True)
             if row is None:
                 raise MemoryNotFoundError(mid)
         return [event_dict(e) for e in events]
 
-    def _masked(self, call: StoreCall) -> Flow[Any]:
+    def _masked(self, change: Flow[T]) -> Flow[T]:
         """A content change whose DuplicateMemoryError names no memory the caller cannot see."""
         try:
-            return (yield call)
+            return (yield from change)
         except DuplicateMemoryError as exc:
             if self.within is None or exc.existing_id is None:
                 raise
-            other = self._seen((yield StoreCall("get", (exc.existing_id,))))
+            other = self._seen((yield from store_call(Store.get, exc.existing_id)))
             if other is not None:
                 raise
             # Only reachable from memories attached to an agent before schema v2.
@@ -894,12 +905,12 @@ class Operations:
         linked = [i for r in rows for i in r.linked_ids]
         if not linked:
             return set()
-        found: set[str] = yield StoreCall("visible_ids", (self.within, linked))
+        found = yield from store_call(Store.visible_ids, self.within, linked)
         return found
 
     def _visible_by_id(self, memory_id: str) -> Flow[MemoryRow]:
         """A memory the caller may see, deleted ones included; else MemoryNotFoundError."""
-        row: MemoryRow | None = yield StoreCall("get", (memory_id,), {"include_deleted": True})
+        row = yield from store_call(Store.get, memory_id, include_deleted=True)
         seen = self._seen(row)
         if seen is None:
             raise MemoryNotFoundError(memory_id)
@@ -908,7 +919,7 @@ class Operations:
     def timeline(self, memory_id: object, limit: int = 100) -> Flow[list[dict[str, Any]]]:
         """A memory and every memory linked to it (transitively), by observation time."""
         mid = self._memory_id(memory_id)
-        start = self._seen((yield StoreCall("get", (mid,))))
+        start = self._seen((yield from store_call(Store.get, mid)))
         if start is None:
             raise MemoryNotFoundError(mid)
         # Links never lead a bound caller out of its scope (``_seen`` checks each).
@@ -919,7 +930,7 @@ class Operations:
             for linked_id in row.linked_ids:
                 if linked_id in found:
                     continue
-                linked = self._seen((yield StoreCall("get", (linked_id,))))
+                linked = self._seen((yield from store_call(Store.get, linked_id)))
                 if linked is not None:
                     found[linked.id] = linked
                     frontier.append(linked)
@@ -949,7 +960,7 @@ class Operations:
         if text is None and metadata is None:
             raise ValidationError("update() needs text and/or metadata")
         mid = self._memory_id(memory_id)
-        row = self._seen((yield StoreCall("get", (mid,))), visible)
+        row = self._seen((yield from store_call(Store.get, mid)), visible)
         if row is None:
             raise MemoryNotFoundError(mid)
         new_meta = row.metadata if metadata is None else check_metadata(metadata)
@@ -962,19 +973,17 @@ class Operations:
             doc = document_text(new_text, row.actor_id, self.fusion)
             embedding = (yield EmbedDocuments([doc]))[0]
         new_row, event = yield from self._masked(
-            StoreCall(
-                "update",
-                (mid,),
-                {
-                    "text": new_text,
-                    "hash": content_hash(new_text),
-                    "embedding": embedding,
-                    "terms": index_terms(new_text),
-                    "entities": entities_of(new_text),
-                    "metadata": new_meta,
-                    "actor": actor or self.actor,
-                    "reason": reason,
-                },
+            store_call(
+                Store.update,
+                mid,
+                text=new_text,
+                hash=content_hash(new_text),
+                embedding=embedding,
+                terms=index_terms(new_text),
+                entities=entities_of(new_text),
+                metadata=new_meta,
+                actor=actor or self.actor,
+                reason=reason,
             )
         )
         yield from self._emit([event])
@@ -992,11 +1001,11 @@ class Operations:
         """``Memory.delete``: soft delete (of a memory ``visible`` sees, when given)."""
         mid = self._memory_id(memory_id)
         if self.within is not None or visible is not None:
-            row = self._seen((yield StoreCall("get", (mid,))), visible)
+            row = self._seen((yield from store_call(Store.get, mid)), visible)
             if row is None:
                 raise MemoryNotFoundError(mid)
-        _, event = yield StoreCall(
-            "delete", (mid,), {"actor": actor or self.actor, "reason": reason}
+        _, event = yield from store_call(
+            Store.delete, mid, actor=actor or self.actor, reason=reason
         )
         yield from self._emit([event])
         return {"message": "Memory deleted successfully!", "id": mid}
@@ -1005,7 +1014,7 @@ class Operations:
         """``Memory.delete_all``: soft-delete one scope."""
         ids = self._inside(ids)
         scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="delete_all()")
-        events = yield StoreCall("delete_scope", (scope,), {"actor": self.actor})
+        events = yield from store_call(Store.delete_scope, scope, actor=self.actor)
         yield from self._emit(events)
         return {"message": "Memories deleted successfully!", "deleted": len(events)}
 
@@ -1016,24 +1025,22 @@ class Operations:
             raise ValidationError(f"version must be an integer, got {type(version).__name__}")
         if self.within is not None:
             yield from self._visible_by_id(mid)
-        plan = yield StoreCall("plan_restore", (mid, version))
-        current = yield StoreCall("get", (mid,), {"include_deleted": True})
+        plan = yield from store_call(Store.plan_restore, mid, version)
+        current = yield from store_call(Store.get, mid, include_deleted=True)
         embedding = None
         if current is not None and plan.text != current.text:
             yield from self._bind()
             doc = document_text(plan.text, current.actor_id, self.fusion)
             embedding = (yield EmbedDocuments([doc]))[0]
         row, event = yield from self._masked(
-            StoreCall(
-                "apply_restore",
-                (plan,),
-                {
-                    "hash": content_hash(plan.text),
-                    "embedding": embedding,
-                    "terms": index_terms(plan.text),
-                    "entities": entities_of(plan.text),
-                    "actor": self.actor,
-                },
+            store_call(
+                Store.apply_restore,
+                plan,
+                hash=content_hash(plan.text),
+                embedding=embedding,
+                terms=index_terms(plan.text),
+                entities=entities_of(plan.text),
+                actor=self.actor,
             )
         )
         yield from self._emit([event])
@@ -1064,9 +1071,9 @@ class Operations:
         execution makes the store refuse the plan; it is planned again.
         """
         for attempt in range(PLAN_ATTEMPTS):
-            plan: ErasurePlan = yield StoreCall("plan_purge", (), target)
+            plan = yield from store_call(Store.plan_purge, **target)
             try:
-                count: int = yield StoreCall("apply_purge", (plan, reindexed_terms(plan)))
+                count = yield from store_call(Store.apply_purge, plan, reindexed_terms(plan))
             except ConflictError:
                 if attempt == PLAN_ATTEMPTS - 1:
                     raise

@@ -48,7 +48,7 @@ from engramdb.nlp import index_terms
 from engramdb.rerank import Reranker
 from engramdb.search import document_text
 from engramdb.stores import Store, make_store, store_from_env
-from engramdb.stores.base import HistoryEvent, MemoryRow, Scope
+from engramdb.stores.base import AsyncStore, HistoryEvent, MemoryRow, Scope
 
 __all__ = ["AsyncMemory", "EventCallback", "Memory"]
 
@@ -600,11 +600,12 @@ class AsyncMemory(_Base):
         self._native_store()
         return super().scoped(user_id=user_id, agent_id=agent_id, run_id=run_id)
 
-    def _native_store(self) -> Any:
-        # A store with native async (PostgreSQL) is awaited; others run in a thread.
+    def _native_store(self) -> AsyncStore | None:
+        # A store with native async (PostgreSQL: ``async_store()``) is awaited;
+        # others run in a worker thread.
         if not hasattr(self, "_astore"):
             make = getattr(self.store, "async_store", None)
-            self._astore = make() if make is not None else None
+            self._astore: AsyncStore | None = make() if make is not None else None
         return self._astore
 
     async def _perform(self, effect: Effect) -> Any:

@@ -41,9 +41,7 @@ import json
 import logging
 import re
 import secrets
-import socket
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -53,6 +51,7 @@ from typing import Any, Literal, Protocol
 import anyio
 import anyio.to_thread
 
+from engramdb.bench._serving import LiveServer
 from engramdb.bench._wire import RecordedRequest, Reply, WireServer
 from engramdb.embedders.base import Embedder
 from engramdb.memory import AsyncMemory, Memory
@@ -218,48 +217,11 @@ class AdversarialLLM:
 # -- servers ----------------------------------------------------------------------------------
 
 
-class _Uvicorn:
-    """An ASGI app served by uvicorn on a free 127.0.0.1 port, in a thread."""
-
-    def __init__(self, app: Any) -> None:
-        import uvicorn
-
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [self._sock]},
-            name="attack-suite-server",
-            daemon=True,
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=15)
-        self._sock.close()
-
-
 @contextmanager
 def serve_app(app: Any) -> Iterator[str]:
     """Serve an ASGI app on 127.0.0.1 (a free port) until the block ends; yields its URL."""
-    server = _Uvicorn(app)
-    server.start()
-    try:
+    with LiveServer(app, name="attack-suite-server") as server:
         yield server.url
-    finally:
-        server.stop()
 
 
 # -- counting ---------------------------------------------------------------------------------
@@ -389,24 +351,34 @@ class _Face(Protocol):
     async def get(self, key: str, memory_id: str) -> _Answer: ...
 
 
-class _RestFace:
-    name = "rest"
-    expand = True
+class _Clients:
+    """One client per API key, opened on first use and closed with ``stack``."""
 
     def __init__(self, url: str, stack: AsyncExitStack) -> None:
         self.url = url
         self.stack = stack
         self._clients: dict[str, Any] = {}
 
+    async def _open(self, key: str) -> Any:
+        raise NotImplementedError
+
     async def _client(self, key: str) -> Any:
+        if key not in self._clients:
+            self._clients[key] = await self._open(key)
+        return self._clients[key]
+
+
+class _RestFace(_Clients):
+    name = "rest"
+    expand = True
+
+    async def _open(self, key: str) -> Any:
         import httpx
 
-        if key not in self._clients:
-            client = httpx.AsyncClient(
-                base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=60
-            )
-            self._clients[key] = await self.stack.enter_async_context(client)
-        return self._clients[key]
+        client = httpx.AsyncClient(
+            base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=60
+        )
+        return await self.stack.enter_async_context(client)
 
     async def _send(self, key: str, method: str, path: str, **kw: Any) -> _Answer:
         client = await self._client(key)
@@ -435,27 +407,20 @@ class _RestFace:
         return await self._send(key, "GET", f"/memories/{memory_id}")
 
 
-class _McpFace:
+class _McpFace(_Clients):
     name = "mcp"
     expand = False
 
-    def __init__(self, url: str, stack: AsyncExitStack) -> None:
-        self.url = url
-        self.stack = stack
-        self._clients: dict[str, Any] = {}
-
-    async def _client(self, key: str) -> Any:
+    async def _open(self, key: str) -> Any:
         import httpx2
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
-        if key not in self._clients:
-            http = await self.stack.enter_async_context(
-                httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60)
-            )
-            client = Client(streamable_http_client(self.url, http_client=http))
-            self._clients[key] = await self.stack.enter_async_context(client)
-        return self._clients[key]
+        http = await self.stack.enter_async_context(
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        )
+        client = Client(streamable_http_client(self.url, http_client=http))
+        return await self.stack.enter_async_context(client)
 
     async def _tool(self, key: str, name: str, arguments: dict[str, Any]) -> _Answer:
         client = await self._client(key)

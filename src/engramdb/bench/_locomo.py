@@ -8,8 +8,9 @@ with ``speaker``, ``dia_id``, ``text`` and an optional ``blip_caption``, and
 ``adversarial_answer`` instead of ``answer``) and ``observation``
 (``session_N_observation`` → speaker → ``[fact, dia_id]`` pairs).
 
-The data is CC BY-NC 4.0: it is read from ``$ENGRAM_LOCOMO`` or the shared
-checkout, never shipped in the package.
+The data is CC BY-NC 4.0, so it is never shipped in the package: every
+benchmark reads it from an explicit path (``--data FILE``) or ``$ENGRAM_LOCOMO``
+(:func:`data_path`), and says so when neither is given.
 """
 
 from __future__ import annotations
@@ -23,22 +24,54 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ENV_VAR",
+    "MISSING_DATA",
     "QA",
     "Conversation",
+    "MissingDataError",
     "Session",
     "Turn",
+    "data_path",
     "default_data_path",
     "load_conversations",
     "parse_session_date",
 ]
 
 
-def default_data_path() -> Path:
-    """``$ENGRAM_LOCOMO`` or ``shared/data/locomo/locomo-dev.json`` beside the checkout."""
-    env = os.environ.get("ENGRAM_LOCOMO")
-    if env:
-        return Path(env).expanduser()
-    return Path(__file__).resolve().parents[4] / "shared/data/locomo/locomo-dev.json"
+ENV_VAR = "ENGRAM_LOCOMO"
+"""The environment variable naming the LoCoMo file when ``--data`` is not given."""
+
+MISSING_DATA = (
+    "no LoCoMo data: pass --data FILE or set ENGRAM_LOCOMO to a LoCoMo-format JSON file "
+    "(e.g. LoCoMo's locomo10.json); the data is CC BY-NC 4.0, so engramdb does not ship it"
+)
+"""The message given when neither ``--data`` nor ``$ENGRAM_LOCOMO`` names the data."""
+
+
+class MissingDataError(FileNotFoundError):
+    """Neither an explicit path nor ``$ENGRAM_LOCOMO`` names the LoCoMo data."""
+
+    def __init__(self) -> None:
+        super().__init__(MISSING_DATA)
+
+
+def default_data_path() -> Path | None:
+    """The file ``$ENGRAM_LOCOMO`` names, or ``None`` when it is unset or empty."""
+    env = os.environ.get(ENV_VAR)
+    return Path(env).expanduser() if env else None
+
+
+def data_path(data: str | Path | None = None) -> Path:
+    """``data`` if given, else ``$ENGRAM_LOCOMO``; :class:`MissingDataError` if neither.
+
+    Only resolves the name: whether the file exists is the reader's to report.
+    """
+    if data is not None:
+        return Path(data).expanduser()
+    found = default_data_path()
+    if found is None:
+        raise MissingDataError()
+    return found
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,13 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["STEMS", "StemVectors", "main"]
+__all__ = ["STEMS", "StemVectors", "crash_step", "main", "store_kwargs"]
 
 STEMS = [
     "I moved to a new apartment near the river",
@@ -54,25 +55,35 @@ MAX_CRASH_ADDS = 20_000
 
 
 class StemVectors:
-    """An embedder that answers with the real model's vector of a text's stem."""
+    """An embedder that answers with the real model's vector of a text's stem.
 
-    def __init__(self, path: Path) -> None:
-        """Load the stem vectors (and the model's name and dimension) from ``path``."""
+    The stem is the text before the first ``#``. With ``path`` the vectors
+    (and the model's name and dimension) come from that ``.npz`` file and the
+    model is loaded only for a stem not in it; without, the model is loaded
+    now and each stem embedded on first use.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        """Load the stem vectors from ``path``, or start empty with the local model."""
+        self.cache: dict[str, Any] = {}
+        self._inner: Any = None
+        if path is None:
+            self._inner = _local_model()
+            self.model = str(self._inner.model)
+            self.dim = int(self._inner.dim)
+            return
         with np.load(path, allow_pickle=False) as data:
             stems = [str(s) for s in data["stems"]]
             vectors = np.asarray(data["vectors"], dtype="f4")
             self.model = str(data["model"])
             self.dim = int(data["dim"])
-        self.cache: dict[str, Any] = dict(zip(stems, vectors, strict=True))
-        self._inner: Any = None
+        self.cache.update(zip(stems, vectors, strict=True))
 
     def _one(self, text: str) -> Any:
         stem = text.split("#", 1)[0].strip()
         if stem not in self.cache:
             if self._inner is None:
-                from engramdb.embedders import LocalEmbedder
-
-                self._inner = LocalEmbedder()
+                self._inner = _local_model()
             self.cache[stem] = self._inner.embed_documents([stem])[0]
         return self.cache[stem]
 
@@ -87,10 +98,39 @@ class StemVectors:
         return self._one(text)
 
 
-def _where(store: str) -> dict[str, Any]:
+def _local_model() -> Any:
+    from engramdb.embedders import LocalEmbedder
+
+    return LocalEmbedder()
+
+
+def store_kwargs(store: str) -> dict[str, Any]:
+    """``Memory`` keyword arguments for ``STORE``: a SQLite path or a JSON ``vector_store``."""
     if store.startswith("{"):
         return {"config": {"vector_store": json.loads(store)}}
     return {"path": store}
+
+
+def crash_step(m: Any, rng: random.Random, seed: int, i: int, text: Callable[[int], str]) -> None:
+    """One round of the crash writer: an add of 1-3 messages, then maybe a change.
+
+    ``text(j)`` is the batch's ``j``-th message. After the add, one of: an
+    update of its first memory, a delete of its last, a purge of one of the
+    user's memories, or nothing.
+    """
+    user = f"user{rng.randrange(3)}"
+    batch = [{"role": "user", "content": text(j)} for j in range(rng.randrange(1, 4))]
+    out = m.add(batch, user_id=user, run_id=f"run{rng.randrange(4)}")
+    ids = [r["id"] for r in out["results"]]
+    action = rng.random()
+    if ids and action < 0.2:
+        m.update(ids[0], f"{rng.choice(STEMS)} #{seed}-{i}-updated")
+    elif ids and action < 0.3:
+        m.delete(ids[-1])
+    elif action < 0.35:
+        some = m.get_all(user_id=user, top_k=1)["results"]
+        if some:
+            m.purge(some[0]["id"])
 
 
 def _wait_for_go() -> None:
@@ -106,30 +146,19 @@ def _crash(store: str, vectors: Path, seed: int) -> None:
     _wait_for_go()
     written: list[str] = []
     deadline = time.monotonic() + 60
-    with Memory(**_where(store), embedder=embedder) as m:
+    with Memory(**store_kwargs(store), embedder=embedder) as m:
         for i in range(MAX_CRASH_ADDS):
             if time.monotonic() > deadline:
                 break
-            user = f"user{rng.randrange(3)}"
-            batch = []
-            for j in range(rng.randrange(1, 4)):
+
+            def text(j: int, i: int = i) -> str:
                 if written and rng.random() < 0.1:
-                    text = rng.choice(written)  # a repeat: NONE, and a session attach
-                else:
-                    text = f"{rng.choice(STEMS)} #{seed}-{i}-{j}"
-                    written.append(text)
-                batch.append({"role": "user", "content": text})
-            out = m.add(batch, user_id=user, run_id=f"run{rng.randrange(4)}")
-            ids = [r["id"] for r in out["results"]]
-            action = rng.random()
-            if ids and action < 0.2:
-                m.update(ids[0], f"{rng.choice(STEMS)} #{seed}-{i}-updated")
-            elif ids and action < 0.3:
-                m.delete(ids[-1])
-            elif action < 0.35:
-                some = m.get_all(user_id=user, top_k=1)["results"]
-                if some:
-                    m.purge(some[0]["id"])
+                    return rng.choice(written)  # a repeat: NONE, and a session attach
+                new = f"{rng.choice(STEMS)} #{seed}-{i}-{j}"
+                written.append(new)
+                return new
+
+            crash_step(m, rng, seed, i, text)
             if i == 0:
                 print("ready", flush=True)
 
@@ -143,7 +172,7 @@ def _concurrent(
     embedder = StemVectors(vectors)
     own: list[str] = []
     _wait_for_go()
-    with Memory(**_where(store), embedder=embedder) as m, out_path.open("a") as out:
+    with Memory(**store_kwargs(store), embedder=embedder) as m, out_path.open("a") as out:
         for i in range(adds):
             texts: list[str] = []
             for _ in range(2 if rng.random() < 0.2 else 1):

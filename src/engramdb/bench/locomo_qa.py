@@ -60,7 +60,15 @@ from pathlib import Path
 from typing import Any
 
 from engramdb import __version__
-from engramdb.bench._locomo import QA, Conversation, Session, load_conversations
+from engramdb.bench._locomo import (
+    MISSING_DATA,
+    QA,
+    Conversation,
+    Session,
+    data_path,
+    default_data_path,
+    load_conversations,
+)
 from engramdb.bench.qa_metrics import bleu1, token_f1
 from engramdb.config import EngramConfig, parse_config
 from engramdb.embedders import Embedder, make_embedder
@@ -812,7 +820,7 @@ def _build_llm(config: EngramConfig) -> LLM:
 
 
 def run(
-    data: str | Path,
+    data: str | Path | None = None,
     *,
     config: EngramConfig | dict[str, Any] | None = None,
     llm: LLM | None = None,
@@ -831,7 +839,8 @@ def run(
     """Run the LoCoMo QA evaluation; print the tables through ``echo``; return the report.
 
     Args:
-        data: a LoCoMo-format JSON file.
+        data: a LoCoMo-format JSON file; ``None``: ``$ENGRAM_LOCOMO``
+            (:class:`~engramdb.bench._locomo.MissingDataError` if unset).
         config: a mem0-shaped config (its ``llm``, ``embedder``, ``extraction``
             and ``retrieval`` sections are used; the store path is ignored).
         llm: the LLM; default the config's, else ``ENGRAM_LLM``.
@@ -861,7 +870,7 @@ def run(
         raise ValueError("keys='facts' stores LoCoMo's facts verbatim: it needs infer=False")
     if top_k < 1 or turns_per_add < 1 or workers < 1 or (limit is not None and limit < 0):
         raise ValueError("top_k, turns_per_add and workers must be >= 1, limit >= 0")
-    path = Path(data).expanduser()
+    path = data_path(data)
     if not path.is_file():
         raise FileNotFoundError(f"LoCoMo file not found: {path}")
     cfg = parse_config(config, None)
@@ -972,7 +981,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m engramdb.bench.locomo_qa",
         description="LoCoMo question answering through engramdb, judged by an LLM.",
     )
-    parser.add_argument("--data", type=Path, required=True, help="LoCoMo-format JSON file")
+    parser.add_argument(
+        "--data", type=Path, help="LoCoMo-format JSON file (default: $ENGRAM_LOCOMO)"
+    )
     parser.add_argument("--config", type=Path, help="mem0-shaped JSON config (llm section)")
     parser.add_argument("--judge", help="judge LLM as provider:model (default: the same LLM)")
     parser.add_argument("--limit", type=int, help="answer at most N questions")
@@ -984,6 +995,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--out", type=Path, help="write the report as JSON here")
     args = parser.parse_args(argv)
+    if args.data is None and default_data_path() is None:
+        parser.error(MISSING_DATA)
     try:
         run(
             args.data,

@@ -62,6 +62,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from engramdb import __version__
+from engramdb.bench._locomo import MISSING_DATA, data_path, default_data_path
 from engramdb.config import default_home
 from engramdb.embedders import Embedder, make_embedder
 from engramdb.embedders.base import Vector, Vectors
@@ -101,11 +102,6 @@ INGEST_VERSION: Final = 1
 """Bump when what :func:`ingest` stores changes, so cached databases are rebuilt."""
 
 _USER_ROLE, _OTHER_ROLE = "user", "assistant"
-
-
-def default_data_path() -> Path:
-    """The dev data: ``../shared/data/locomo/locomo-dev.json`` from the repository root."""
-    return Path(__file__).resolve().parents[4] / "shared" / "data" / "locomo" / "locomo-dev.json"
 
 
 def default_cache_dir() -> Path:
@@ -447,12 +443,14 @@ def run(
 ) -> dict[str, Any]:
     """Run the benchmark; returns the report (and writes ``out`` / ``plot`` if given).
 
+    ``data`` is the LoCoMo file, default ``$ENGRAM_LOCOMO``
+    (:class:`~engramdb.bench._locomo.MissingDataError` if neither names one);
     ``retrieval`` overrides the fusion settings (default: the library's);
     ``embedder`` replaces the local model (tests); ``details`` adds every
     question's top-10 dialogue ids per method.
     """
     say = progress or (lambda _msg: None)
-    path = Path(data) if data is not None else default_data_path()
+    path = data_path(data)
     raw = path.read_bytes()
     convs = load(path)
     if keys not in ("turns", "facts", "facts-only"):
@@ -654,7 +652,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m engramdb.bench.locomo_retrieval", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--data", type=Path, help="LoCoMo-format JSON file")
+    parser.add_argument(
+        "--data", type=Path, help="LoCoMo-format JSON file (default: $ENGRAM_LOCOMO)"
+    )
     parser.add_argument("--keys", choices=("turns", "facts", "facts-only"), default="turns")
     parser.add_argument("--out", type=Path, help="write the report as JSON here")
     parser.add_argument("--plot", type=Path, help="write a PNG of recall@k per method here")
@@ -663,6 +663,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retrieval", help="fusion settings as JSON (FusionConfig fields)")
     parser.add_argument("--details", action="store_true", help="per-question top-10 in the JSON")
     args = parser.parse_args(argv)
+    if args.data is None and default_data_path() is None:
+        parser.error(MISSING_DATA)
     report = run(
         args.data,
         keys=args.keys,

@@ -72,6 +72,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from engramdb.bench._locomo import data_path as resolve_data_path
 from engramdb.bench._locomo import default_data_path, load_conversations
 from engramdb.embedders.base import Embedder
 from engramdb.embedders.local import LOCAL_MODEL_ID, MODEL_SHA256, LocalEmbedder
@@ -1081,7 +1082,7 @@ def run(
             with ``quick``). Measured in ascending order on one growing store.
         out: write the figures as JSON here too.
         quick: fewer texts, queries and repeats; for tests and smoke runs.
-        data: the LoCoMo JSON file; default :func:`default_data_path`.
+        data: the LoCoMo JSON file; default ``$ENGRAM_LOCOMO``.
         cache_dir: where embedded corpora are cached; default
             :func:`default_cache_dir`.
         workdir: where the SQLite files go; default a temporary directory,
@@ -1090,7 +1091,8 @@ def run(
         echo: receives progress lines and the final tables; ``None`` is silent.
 
     Raises:
-        FileNotFoundError: the LoCoMo file is missing.
+        FileNotFoundError: the LoCoMo file is missing, or neither ``data`` nor
+            ``$ENGRAM_LOCOMO`` names one (:class:`~engramdb.bench._locomo.MissingDataError`).
         ValueError: a size is not a positive integer.
     """
     say: Echo = echo if echo is not None else (lambda _line: None)
@@ -1098,7 +1100,7 @@ def run(
     chosen = sorted(set(sizes if sizes is not None else (QUICK_SIZES if quick else DEFAULT_SIZES)))
     if not chosen or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in chosen):
         raise ValueError(f"sizes must be positive integers, got {sizes!r}")
-    data_path = Path(data).expanduser() if data is not None else default_data_path()
+    data_path = resolve_data_path(data)
     if not data_path.is_file():
         raise FileNotFoundError(
             f"LoCoMo file not found: {data_path}; pass data=PATH (--data) or set ENGRAM_LOCOMO"
@@ -1179,7 +1181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", help="comma-separated scope sizes (default 1000,10000,100000)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--quick", action="store_true", help="sizes 1000,5000, fewer iterations")
-    parser.add_argument("--data", type=Path, help="LoCoMo JSON file")
+    parser.add_argument("--data", type=Path, help="LoCoMo JSON file (default: $ENGRAM_LOCOMO)")
     parser.add_argument("--cache-dir", type=Path, help="where embedded corpora are cached")
     parser.add_argument("--workdir", type=Path, help="keep the SQLite files here")
     parser.add_argument("--seed", type=int, default=0)

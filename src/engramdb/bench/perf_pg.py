@@ -53,6 +53,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from engramdb.bench._locomo import MISSING_DATA, data_path, default_data_path
 from engramdb.bench.perf import PrecomputedEmbedder, default_cache_dir
 from engramdb.core.filters import parse_filters
 from engramdb.embedders.local import LOCAL_MODEL_ID, MODEL_SHA256, LocalEmbedder
@@ -71,11 +72,6 @@ FILL_BATCH: Final = 100
 USER: Final = "bench-user"
 RUNS: Final = 20
 NOISE: Final = 0.01
-
-
-def default_data_path() -> Path:
-    """``../shared/data/locomo/locomo-dev.json`` beside the repository."""
-    return Path(__file__).resolve().parents[3].parent / "shared/data/locomo/locomo-dev.json"
 
 
 def _locomo(path: Path) -> tuple[list[tuple[str, list[str], list[str]]], list[str], list[str]]:
@@ -409,7 +405,7 @@ def run(
     """Measure both stores at each size; returns the report (see the module docstring)."""
     say = echo or (lambda _: None)
     sizes = sorted(sizes)
-    data = data or default_data_path()
+    data = data_path(data)
     if not data.is_file():
         raise FileNotFoundError(f"LoCoMo data not found at {data}; pass --data")
     convs, turns, questions = _locomo(data)
@@ -510,12 +506,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", required=True, help="postgresql:// URL of the server to measure")
     parser.add_argument("--sizes", help="comma-separated scope sizes (default 10000,100000)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
-    parser.add_argument("--data", type=Path, help="LoCoMo JSON file")
+    parser.add_argument("--data", type=Path, help="LoCoMo JSON file (default: $ENGRAM_LOCOMO)")
     parser.add_argument("--cache-dir", type=Path)
     parser.add_argument("--workdir", type=Path, help="where the SQLite file goes")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--schema", default="engram_bench", help="PostgreSQL schema (recreated)")
     args = parser.parse_args(argv)
+    if args.data is None and default_data_path() is None:
+        parser.error(MISSING_DATA)
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else list(DEFAULT_SIZES)
     report = run(
         args.store,

@@ -36,7 +36,7 @@ time splits into:
 what engramdb adds on top of the two models. The target is ``own`` ≤ 15 ms
 (median, ``wire``).
 
-Input: LoCoMo dev conversations (``$ENGRAM_LOCOMO`` or the shared checkout),
+Input: LoCoMo dev conversations (``--data FILE``, else ``$ENGRAM_LOCOMO``),
 5 turns per add, each conversation one ``user_id`` and each session one
 ``run_id`` with its session date as ``timestamp``, so the store grows and the
 context (recent messages, recent memories, related memories by hybrid
@@ -75,7 +75,14 @@ from pathlib import Path
 from typing import Any
 
 from engramdb._engine import Complete, Effect, EmbedDocuments, EmbedQuery, StoreCall
-from engramdb.bench._locomo import Conversation, Turn, default_data_path, load_conversations
+from engramdb.bench._locomo import (
+    MISSING_DATA,
+    Conversation,
+    Turn,
+    default_data_path,
+    load_conversations,
+)
+from engramdb.bench._locomo import data_path as resolve_data_path
 from engramdb.bench._wire import RecordedRequest, Reply, WireServer
 from engramdb.embedders import Embedder, LocalEmbedder
 from engramdb.llms import OpenAICompatibleLLM, ScriptedLLM, make_llm
@@ -534,7 +541,7 @@ def run(
         concurrency_modes: extraction modes of the concurrency part.
         delay: seconds the server waits before each answer in the concurrency part.
         turns_per_add: LoCoMo turns per add.
-        data: the LoCoMo JSON file; default :func:`~engramdb.bench._locomo.default_data_path`.
+        data: the LoCoMo JSON file; default ``$ENGRAM_LOCOMO``.
         out: write the figures as JSON here too.
         embedder: default the local model.
         workdir: where the SQLite files go; default a temporary directory.
@@ -543,7 +550,8 @@ def run(
         echo: receives progress lines and the tables; ``None`` is silent.
 
     Raises:
-        FileNotFoundError: the LoCoMo file is missing.
+        FileNotFoundError: the LoCoMo file is missing, or neither ``data`` nor
+            ``$ENGRAM_LOCOMO`` names one (:class:`~engramdb.bench._locomo.MissingDataError`).
         ValueError: a bad size, mode or LLM kind.
     """
     say: Echo = echo if echo is not None else (lambda _line: None)
@@ -557,7 +565,7 @@ def run(
             raise ValueError(f"unknown llm {kind!r}; choose from {', '.join(LLM_KINDS)}")
     if any(n < 1 for n in concurrency):
         raise ValueError("concurrency levels must be >= 1")
-    data_path = Path(data).expanduser() if data is not None else default_data_path()
+    data_path = resolve_data_path(data)
     if not data_path.is_file():
         raise FileNotFoundError(
             f"LoCoMo file not found: {data_path}; pass data=PATH (--data) or set ENGRAM_LOCOMO"
@@ -664,12 +672,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=10, help="adds not counted (10)")
     parser.add_argument("--concurrency", default="1,5,20,50", help="levels, comma-separated")
     parser.add_argument("--delay", type=float, default=0.5, help="LLM delay for concurrency (s)")
-    parser.add_argument("--data", type=Path, help="LoCoMo JSON file")
+    parser.add_argument("--data", type=Path, help="LoCoMo JSON file (default: $ENGRAM_LOCOMO)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--workdir", type=Path, help="keep the SQLite files here")
     parser.add_argument("--quick", action="store_true", help="30 adds, concurrency 1,20")
     parser.add_argument("--profile", action="store_true", help="cProfile the additive wire adds")
     args = parser.parse_args(argv)
+    if args.data is None and default_data_path() is None:
+        parser.error(MISSING_DATA)
     try:
         run(
             adds=30 if args.quick else args.adds,

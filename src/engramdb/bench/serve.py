@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +32,8 @@ from typing import Any
 import httpx
 
 from engramdb import __version__
+from engramdb.bench._machine import machine, machine_line
+from engramdb.bench._serving import free_port
 
 __all__ = ["DEFAULT_CONCURRENCY", "print_report", "run"]
 
@@ -51,12 +51,6 @@ _QUERIES = (
     "favourite food",
     "what changed at work?",
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _seed_texts(count: int) -> list[str]:
@@ -198,7 +192,7 @@ def run(
         keys = KeyStore(Path(tmp) / "keys.db")
         key = keys.create(user_id="bench", name="bench serve").key
         keys.close()
-        port = _free_port()
+        port = free_port()
         base_url = f"http://127.0.0.1:{port}"
         command = [
             sys.executable,
@@ -240,14 +234,8 @@ def run(
         "benchmark": "engramdb.bench.serve",
         "version": __version__,
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            # Other work on the machine shares the cores with server and clients.
-            "load_avg_start": [round(x, 2) for x in load_start],
-            "load_avg_end": [round(x, 2) for x in os.getloadavg()],
-        },
+        # Other work on the machine shares the cores with server and clients.
+        "machine": machine(load_start),
         "engine": engine,
         "requests_per_level": requests,
         **figures,
@@ -283,8 +271,4 @@ def print_report(result: dict[str, Any]) -> None:
                 str(row["errors"]),
             )
     Console(highlight=False).print(table)
-    load = result["machine"]["load_avg_start"][0], result["machine"]["load_avg_end"][0]
-    Console(highlight=False, stderr=True).print(
-        f"{result['machine']['cpus']} CPUs; load average {load[0]:.1f} at start, "
-        f"{load[1]:.1f} at end"
-    )
+    Console(highlight=False, stderr=True).print(machine_line(result["machine"]))

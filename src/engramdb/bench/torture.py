@@ -49,18 +49,15 @@ import importlib
 import json
 import logging
 import os
-import platform
 import random
 import re
 import select
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -70,6 +67,8 @@ from typing import Any
 import numpy as np
 
 from engramdb import __version__
+from engramdb.bench._machine import machine, machine_line
+from engramdb.bench._serving import LiveServer
 from engramdb.bench._torture_writer import STEMS, StemVectors
 
 __all__ = ["DEFAULTS", "PARTS", "print_report", "run", "violations"]
@@ -860,37 +859,6 @@ _OUTCOMES = ("as_expected", "failed_clean", "mismatched", "crashed")
 # -- part: REST fuzzing ------------------------------------------------------------------------
 
 
-class _LiveServer:
-    """uvicorn serving an ASGI app on a free 127.0.0.1 port, in a thread."""
-
-    def __init__(self, app: Any) -> None:
-        import uvicorn
-
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="error", access_log=False, lifespan="on")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
-        )
-
-    def __enter__(self) -> _LiveServer:
-        self._thread.start()
-        deadline = time.monotonic() + 60
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the REST server did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=30)
-        self._sock.close()
-
-
 def _fuzz_one(
     op: Any,
     mode: Any,
@@ -976,7 +944,10 @@ def _part_fuzz(workdir: Path, examples: int, bars: _Progress) -> dict[str, Any]:
     app = create_app(memory, keys=keys, limits=limits, close_memory=True)
     # A 5xx is counted, with its request as a curl command; its traceback would be noise.
     try:
-        with _quiet("engramdb", "uvicorn", "uvicorn.error"), _LiveServer(app) as live:
+        with (
+            _quiet("engramdb", "uvicorn", "uvicorn.error"),
+            LiveServer(app, log_level="error", start_timeout=60, stop_timeout=30) as live,
+        ):
             schema = schemathesis.openapi.from_url(f"{live.url}/openapi.json")
             found = list(schema.get_all_operations())
             operations = [r.ok() for r in found if isinstance(r, Ok)]
@@ -1167,11 +1138,11 @@ def run(
     try:
         with _Progress(progress) as bars:
             if {"writers-pg", "purge"} & set(chosen):
-                from engramdb.bench import _torture_pg
+                from engramdb.bench import _pg
 
                 try:
-                    pg = _torture_pg.start(pg_url)
-                except _torture_pg.PgUnavailable as exc:
+                    pg = _pg.start(pg_url, prefix="engram-torture-pg-")
+                except _pg.PgUnavailable as exc:
                     pg_reason = str(exc)
             for name in chosen:
                 t0, l0 = time.perf_counter(), _load()
@@ -1198,13 +1169,7 @@ def run(
         "benchmark": "engramdb.bench.torture",
         "version": __version__,
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_avg_start": [round(x, 2) for x in load_start],
-            "load_avg_end": [round(x, 2) for x in os.getloadavg()],
-        },
+        "machine": machine(load_start),
         "sizes": {
             "kills": kills,
             "writers": writers,
@@ -1250,9 +1215,9 @@ def _run_part(
     if name == "writers-pg":
         if pg is None:
             return {"status": "skipped", "reason": pg_reason or "no PostgreSQL server"}
-        from engramdb.bench import _torture_pg
+        from engramdb.bench import _pg
 
-        schema = _torture_pg.new_schema()
+        schema = _pg.new_schema()
         section = {
             "provider": "postgres",
             "config": {"url": pg.url, "collection_name": schema, "min_size": 1, "max_size": 2},
@@ -1269,7 +1234,7 @@ def _run_part(
                 sabotage == "writers",
             )
         finally:
-            _torture_pg.drop_schema(pg.url, schema)
+            _pg.drop_schema(pg.url, schema)
     if name == "corpus":
         return _part_corpus(folder, bars)
     if name == "fuzz":
@@ -1346,10 +1311,6 @@ def print_report(report: dict[str, Any]) -> None:
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
     console.print(table)
     err = Console(highlight=False, stderr=True)
-    machine = report["machine"]
-    err.print(
-        f"{machine['cpus']} CPUs; load average {machine['load_avg_start'][0]:.1f} at start, "
-        f"{machine['load_avg_end'][0]:.1f} at end; {report['wall_s']:.0f} s"
-    )
+    err.print(f"{machine_line(report['machine'])}; {report['wall_s']:.0f} s")
     for line in report["violations"]:
         err.print(f"[bold red]VIOLATED[/] {line}")

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from engramdb.bench._locomo import MISSING_DATA, default_data_path
 from engramdb.core.vectors import (
     DEFAULT_EXACT_THRESHOLD,
     DEFAULT_MIN_POOL,
@@ -49,8 +50,6 @@ from engramdb.core.vectors import (
 _Matrix = npt.NDArray[np.float32]
 _Keys = npt.NDArray[np.int64]
 
-# Where the repository checkout keeps it (``../shared/data`` beside the repo).
-DEFAULT_DATA = Path(__file__).resolve().parents[4] / "shared/data/locomo/locomo-dev.json"
 K = 10
 # Noise per dimension of a synthetic vector, calibrated on the LoCoMo vectors:
 # at 0.015 a synthetic vector's cosine to its nearest real vector (~0.935)
@@ -430,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Measure recall@10, latency and memory of engramdb's vector index.",
     )
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo JSON file")
+    parser.add_argument("--data", type=Path, help="LoCoMo JSON file (default: $ENGRAM_LOCOMO)")
     parser.add_argument(
         "--cache-dir",
         type=Path,
@@ -449,8 +448,12 @@ def main(argv: list[str] | None = None) -> int:
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     rng = np.random.default_rng(args.seed)
 
+    if args.data is None:
+        args.data = default_data_path()
+        if args.data is None:
+            parser.error(MISSING_DATA)
     if not args.data.is_file():
-        parser.error(f"LoCoMo file not found: {args.data}; pass --data PATH/locomo-dev.json")
+        parser.error(f"LoCoMo file not found: {args.data}; pass --data FILE or set ENGRAM_LOCOMO")
     passages, questions = load_locomo(args.data)
     print(
         f"LoCoMo: {len(passages)} passages, {len(questions)} questions; embedding "

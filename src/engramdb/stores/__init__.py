@@ -8,11 +8,21 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from engramdb.errors import ConfigError, UnknownProviderError
-from engramdb.stores.base import Store
+from engramdb.stores.base import AsyncStore, Store
+
+if TYPE_CHECKING:
+    from engramdb.stores.postgres import AsyncPostgresStore, PostgresStore
+    from engramdb.stores.sqlite import SQLiteStore
+
+    def _backends_implement_the_protocols(
+        sqlite: SQLiteStore, pg: PostgresStore, apg: AsyncPostgresStore
+    ) -> tuple[Store, Store, AsyncStore]:
+        # mypy checks each backend against its protocol here, method by method.
+        return sqlite, pg, apg
 
 __all__ = [
     "POSTGRES_OPTIONS",
@@ -20,6 +30,7 @@ __all__ = [
     "SQLITE_OPTIONS",
     "STORE_URL_ENV",
     "SUPPORTED_STORES",
+    "AsyncStore",
     "Store",
     "check_store_config",
     "make_store",

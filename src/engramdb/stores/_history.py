@@ -6,12 +6,14 @@ pure functions, so the stores only persist them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from engramdb.errors import VersionNotFoundError
-from engramdb.stores.base import HistoryEvent, MemoryRow, RestorePlan
+from engramdb.stores.base import HistoryEvent, MemoryRow, NewMemory, RestorePlan
 
 __all__ = [
+    "add_event",
     "attach_event",
     "delete_event",
     "plan_from_history",
@@ -61,6 +63,22 @@ def plan_from_history(row: MemoryRow, version: int, events: list[HistoryEvent]) 
             )
     raise VersionNotFoundError(
         f"the history of memory {row.id!r} holds no content for version {version}"
+    )
+
+
+def add_event(mem: NewMemory, actor: str, now: str) -> HistoryEvent:
+    """The ADD event of a memory stored anew (version 1)."""
+    return HistoryEvent(
+        memory_id=mem.id,
+        event="ADD",
+        version=1,
+        old_memory=None,
+        new_memory=mem.text,
+        old_metadata=None,
+        new_metadata=mem.metadata,
+        actor=actor,
+        reason=None,
+        created_at=now,
     )
 
 
@@ -125,9 +143,14 @@ def restore_event(
 
 
 def attach_event(
-    memory_id: str, text: str, version: int, attached: list[str], actor: str, now: str
+    memory_id: str,
+    text: str,
+    version: int,
+    attached: Sequence[tuple[str, str]],
+    actor: str,
+    now: str,
 ) -> HistoryEvent:
-    """The ATTACH event of a repeat seen in new sessions (``attached``: ``kind=value``)."""
+    """The ATTACH event of a repeat seen in new sessions (``attached``: ``(kind, value)``)."""
     return HistoryEvent(
         memory_id=memory_id,
         event="ATTACH",
@@ -137,6 +160,6 @@ def attach_event(
         old_metadata=None,
         new_metadata=None,
         actor=actor,
-        reason="seen again in " + ", ".join(attached),
+        reason="seen again in " + ", ".join(f"{kind}={value}" for kind, value in attached),
         created_at=now,
     )

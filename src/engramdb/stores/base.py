@@ -7,7 +7,7 @@ Every method that writes is one transaction: all of it lands or none of it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # _erasure imports this module
 
 __all__ = [
     "AddOutcome",
+    "AsyncStore",
     "Candidate",
     "EntityRef",
     "HistoryEvent",
@@ -442,4 +443,183 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release connections and caches."""
+        ...
+
+
+class AsyncStore(Protocol):
+    """:class:`Store` for asyncio: the same methods, with the same arguments, as coroutines.
+
+    ``export_rows`` is an async iterator. A backend with native async I/O
+    (PostgreSQL's ``async_store()``) implements it; ``AsyncMemory`` runs a
+    :class:`Store` without one in worker threads. ``tests/test_store_contract.py``
+    checks that the two protocols name the same methods and parameters.
+    """
+
+    async def bind_embedder(self, model: str, dim: int) -> None:
+        """See :meth:`Store.bind_embedder`."""
+        ...
+
+    async def bound_embedder(self) -> tuple[str, int] | None:
+        """See :meth:`Store.bound_embedder`."""
+        ...
+
+    async def add(
+        self,
+        memories: Sequence[NewMemory],
+        messages: Sequence[NewMessage],
+        scope: Scope,
+        actor: str,
+        *,
+        source_rowids: Sequence[int] = (),
+        resolve_failure: int | None = None,
+        visible: Scope | None = None,
+    ) -> list[AddOutcome]:
+        """See :meth:`Store.add`."""
+        ...
+
+    async def attach_session(self, memory_id: str, scope: Scope, actor: str) -> HistoryEvent | None:
+        """See :meth:`Store.attach_session`."""
+        ...
+
+    async def keep_failed(
+        self, scope: Scope, messages: Sequence[NewMessage], error: str, reply: str | None
+    ) -> int:
+        """See :meth:`Store.keep_failed`."""
+        ...
+
+    async def failure(
+        self, failure_id: int
+    ) -> tuple[Scope, list[tuple[int, NewMessage]], bool] | None:
+        """See :meth:`Store.failure`."""
+        ...
+
+    async def failures(
+        self, scope: Scope, *, include_resolved: bool = False
+    ) -> list[dict[str, Any]]:
+        """See :meth:`Store.failures`."""
+        ...
+
+    async def recent_messages(self, scope: Scope, limit: int) -> list[NewMessage]:
+        """See :meth:`Store.recent_messages`."""
+        ...
+
+    async def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> set[str]:
+        """See :meth:`Store.existing_hashes`."""
+        ...
+
+    async def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryRow | None:
+        """See :meth:`Store.get`."""
+        ...
+
+    async def list_memories(
+        self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
+    ) -> list[MemoryRow]:
+        """See :meth:`Store.list_memories`."""
+        ...
+
+    async def vector_search(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        k: int,
+    ) -> list[tuple[MemoryRow, float]]:
+        """See :meth:`Store.vector_search`."""
+        ...
+
+    async def candidates(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        terms: Sequence[str],
+        entities: Sequence[str],
+        n: int,
+    ) -> list[Candidate]:
+        """See :meth:`Store.candidates`."""
+        ...
+
+    async def update(
+        self,
+        memory_id: str,
+        *,
+        text: str,
+        hash: str,
+        embedding: np.ndarray[Any, np.dtype[np.float32]] | None,
+        terms: str,
+        entities: Sequence[EntityRef],
+        metadata: dict[str, Any],
+        actor: str,
+        reason: str | None = None,
+    ) -> tuple[MemoryRow, HistoryEvent]:
+        """See :meth:`Store.update`."""
+        ...
+
+    async def delete(
+        self, memory_id: str, *, actor: str, reason: str | None = None
+    ) -> tuple[MemoryRow, HistoryEvent]:
+        """See :meth:`Store.delete`."""
+        ...
+
+    async def delete_scope(self, scope: Scope, *, actor: str) -> list[HistoryEvent]:
+        """See :meth:`Store.delete_scope`."""
+        ...
+
+    async def plan_restore(self, memory_id: str, version: int | None) -> RestorePlan:
+        """See :meth:`Store.plan_restore`."""
+        ...
+
+    async def apply_restore(
+        self,
+        plan: RestorePlan,
+        *,
+        hash: str,
+        embedding: np.ndarray[Any, np.dtype[np.float32]] | None,
+        terms: str,
+        entities: Sequence[EntityRef],
+        actor: str,
+    ) -> tuple[MemoryRow, HistoryEvent]:
+        """See :meth:`Store.apply_restore`."""
+        ...
+
+    async def purge(self, *, memory_id: str | None = None, scope: Scope | None = None) -> int:
+        """See :meth:`Store.purge`."""
+        ...
+
+    async def plan_purge(
+        self, *, memory_id: str | None = None, scope: Scope | None = None
+    ) -> ErasurePlan:
+        """See :meth:`Store.plan_purge`."""
+        ...
+
+    async def apply_purge(self, plan: ErasurePlan, terms: dict[int, str]) -> int:
+        """See :meth:`Store.apply_purge`."""
+        ...
+
+    async def history(self, memory_id: str) -> list[HistoryEvent]:
+        """See :meth:`Store.history`."""
+        ...
+
+    def export_rows(self) -> AsyncIterator[dict[str, Any]]:
+        """See :meth:`Store.export_rows`."""
+        ...
+
+    async def import_rows(self, rows: Sequence[dict[str, Any]]) -> int:
+        """See :meth:`Store.import_rows`."""
+        ...
+
+    async def visible_ids(self, scope: Scope, memory_ids: Sequence[str]) -> set[str]:
+        """See :meth:`Store.visible_ids`."""
+        ...
+
+    async def count(self) -> int:
+        """See :meth:`Store.count`."""
+        ...
+
+    async def reset(self) -> None:
+        """See :meth:`Store.reset`."""
+        ...
+
+    async def close(self) -> None:
+        """See :meth:`Store.close`."""
         ...

@@ -49,7 +49,6 @@ import logging
 import struct
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,14 +57,12 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from engramdb._time import utc_now
-from engramdb.core.bm25 import BM25Index
 from engramdb.core.filters import Node
 from engramdb.core.filters_pg import compile_postgres
 from engramdb.errors import (
     ConflictError,
     DuplicateMemoryError,
     EmbedderMismatchError,
-    ImportFormatError,
     MemoryNotFoundError,
     SchemaVersionError,
     StoreError,
@@ -82,6 +79,7 @@ from engramdb.stores._erasure import (
     reindexed_terms,
 )
 from engramdb.stores._history import (
+    add_event,
     attach_event,
     delete_event,
     plan_from_history,
@@ -101,6 +99,16 @@ from engramdb.stores.base import (
     Scope,
     visible_scope,
 )
+from engramdb.stores.kernel.caches import ScopeCache, ScopeCaches
+from engramdb.stores.kernel.candidates import Pool, narrowed
+from engramdb.stores.kernel.dedup import (
+    first_occurrences,
+    in_input_order,
+    repeated,
+    sessions_to_attach,
+    stored,
+)
+from engramdb.stores.kernel.imports import ImportedMemory, clash_error, imported, repeat_error
 from engramdb.stores.postgres_schema import BOOTSTRAP, LATEST, MIGRATION_LOCK, MIGRATIONS
 
 try:  # the optional dependency: pip install 'engramdb[postgres]'
@@ -226,13 +234,13 @@ class _Snapshot:
         return other.xmax <= self.xmax and all(x in other.xip or x >= other.xmax for x in self.xip)
 
 
-class _Cache:
+class _Cache(ScopeCache):
     """The keyword index of one primary scope id, and the snapshot it has read up to."""
 
-    __slots__ = ("bm25", "snapshot")
+    __slots__ = ("snapshot",)
 
     def __init__(self) -> None:
-        self.bm25 = BM25Index()
+        super().__init__()
         self.snapshot: _Snapshot | None = None
 
 
@@ -255,16 +263,15 @@ class _Flows:
     def __init__(self, schema: str, max_cached_docs: int, ef_search: int) -> None:
         self.schema = schema
         self.s = '"' + schema.replace('"', '""') + '"'
-        self.max_cached = max_cached_docs
         self.ef_search = ef_search
         self.iterative_scan = True
         # The embedder this process bound; every vector write and search checks
         # the store's binding against it (another process may reset and re-bind).
         self.binding: tuple[str, int] | None = None
-        self.caches: OrderedDict[tuple[str, str], _Cache] = OrderedDict()
-        # Guards the caches dict and the epoch; never held across I/O.
-        self.lock = threading.RLock()
-        self.epoch = "-1"
+        # Its lock guards the table of caches and the epoch; never held across I/O.
+        self.caches: ScopeCaches[_Cache] = ScopeCaches(
+            max_cached_docs, epoch="-1", lock=threading.RLock()
+        )
         self.caught_up_rows = 0
         """Rows read by keyword-cache catch-ups so far (a figure for tests and benchmarks)."""
 
@@ -549,9 +556,7 @@ class _Flows:
             )
         if not memories:
             return []
-        first: dict[str, int] = {}  # hash -> index of its first occurrence
-        for i, mem in enumerate(memories):
-            first.setdefault(mem.hash, i)
+        first = first_occurrences(memories)
         rows = yield _Q(
             f"SELECT DISTINCT m.hash FROM {self.t('memories')} m WHERE m.hash = ANY(%s) "
             f"AND m.deleted_at IS NULL AND {sees_sql}",
@@ -573,7 +578,7 @@ class _Flows:
         outcomes: dict[str, AddOutcome] = {}
         added = [memories[i] for i in sorted(fresh) if memories[i].hash in inserted]
         for mem in added:
-            outcomes[mem.hash] = AddOutcome(mem.id, mem.text, "ADD", None)
+            outcomes[mem.hash] = stored(mem)
         # Texts already stored (or stored by another writer a moment ago): attach.
         for _ in range(_WRITE_RETRIES):
             pending = sorted(h for h in first if h not in outcomes)
@@ -606,21 +611,14 @@ class _Flows:
             inserted.update(more)
             for mem in missing:
                 if mem.hash in more:
-                    outcomes[mem.hash] = AddOutcome(mem.id, mem.text, "ADD", None)
+                    outcomes[mem.hash] = stored(mem)
                     added.append(mem)
         else:
             raise ConflictError("the memories kept changing concurrently; nothing was written")
         if added:
             yield from self.link_new(added, inserted, owner, ts, msg_rowids, actor, outcomes)
         yield from self.link_repeats(memories, first, outcomes, msg_rowids)
-        result: list[AddOutcome] = []
-        for i, mem in enumerate(memories):
-            outcome = outcomes[mem.hash]
-            if i != first[mem.hash]:
-                # A repeat within the batch: the first occurrence already did the work.
-                outcome = AddOutcome(outcome.id, outcome.memory, "NONE", None)
-            result.append(outcome)
-        return result
+        return in_input_order(memories, first, outcomes)
 
     def insert_memories(
         self, memories: Sequence[NewMemory], scope: Scope, partition: str, ts: datetime
@@ -717,24 +715,11 @@ class _Flows:
                 (ts, [p[0] for p in links], [p[1] for p in links], owner),
                 fetch="none",
             )
-        events = [
-            HistoryEvent(
-                memory_id=m.id,
-                event="ADD",
-                version=1,
-                old_memory=None,
-                new_memory=m.text,
-                old_metadata=None,
-                new_metadata=m.metadata,
-                actor=actor,
-                reason=None,
-                created_at=_iso(ts) or "",
-            )
-            for m in sorted(added, key=lambda m: rowids[m.hash])
-        ]
+        now = _iso(ts) or ""
+        events = [add_event(m, actor, now) for m in sorted(added, key=lambda m: rowids[m.hash])]
         yield from self.insert_history_many(events)
         for m, event in zip(sorted(added, key=lambda m: rowids[m.hash]), events, strict=True):
-            outcomes[m.hash] = AddOutcome(m.id, m.text, "ADD", event)
+            outcomes[m.hash] = stored(m, event)
 
     def link_repeats(
         self,
@@ -827,13 +812,8 @@ class _Flows:
     ) -> Tx[AddOutcome]:
         """A repeat of a live memory (locked by the caller): attach the new session ids."""
         rowid, memory_id, text, agent_id, run_id, version = existing
-        attached: list[str] = []
-        for kind, value, primary in (
-            ("agent_id", scope.agent_id, agent_id),
-            ("run_id", scope.run_id, run_id),
-        ):
-            if value is None or value == primary:
-                continue
+        attached: list[tuple[str, str]] = []
+        for kind, value in sessions_to_attach(scope, agent_id, run_id):
             new = yield _Q(
                 f"INSERT INTO {self.t('memory_scope')} (memory_rowid, kind, value, created_at) "
                 "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
@@ -841,9 +821,9 @@ class _Flows:
                 fetch="one",
             )
             if new is not None:
-                attached.append(f"{kind}={value}")
+                attached.append((kind, value))
         if not attached:
-            return AddOutcome(memory_id, text, "NONE", None)
+            return repeated(memory_id, text)
         yield _Q(
             f"UPDATE {self.t('memories')} SET txid = pg_current_xact_id() WHERE rowid = %s",
             (rowid,),
@@ -851,7 +831,7 @@ class _Flows:
         )
         event = attach_event(memory_id, text, int(version), attached, actor, _iso(ts) or "")
         yield from self.insert_history(event)
-        return AddOutcome(memory_id, text, "NONE", event)
+        return repeated(memory_id, text, event)
 
     def attach_session(self, memory_id: str, scope: Scope, actor: str) -> Tx[HistoryEvent | None]:
         ts = datetime.fromisoformat(utc_now())
@@ -1268,15 +1248,13 @@ class _Flows:
         ids = [r["id"] for r in rows]
         clash = yield _Q(f"SELECT id FROM {self.t('memories')} WHERE id = ANY(%s)", (ids,))
         if clash:
-            raise ImportFormatError(
-                f"{len(clash)} memories of the import already exist (first: {clash[0][0]!r}); "
-                "import into an empty store, or purge them first; nothing was imported"
-            )
+            raise clash_error([r[0] for r in clash])
         rowids: dict[str, int] = {}
+        written: list[ImportedMemory] = []
         for r in rows:
-            scope = Scope(r.get("user_id"), r.get("agent_id"), r.get("run_id"))
-            stamp = _dt(r["updated_at"])
-            yield from self.upsert_entities(scope.owner, r.get("entities", []), stamp or _now())
+            m = imported(r)
+            stamp = _dt(m.updated_at)
+            yield from self.upsert_entities(m.owner, m.entities, stamp or _now())
             try:
                 row = yield _Q(
                     f"INSERT INTO {self.t('memories')} (id, text, hash, owner, partition, "
@@ -1285,40 +1263,37 @@ class _Flows:
                     "version, terms, embedding) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
                     "%s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING rowid",
                     (
-                        r["id"],
-                        r["memory"],
-                        r["hash"],
-                        scope.owner,
-                        visible_scope(scope).partition,
-                        scope.user_id,
-                        scope.agent_id,
-                        scope.run_id,
-                        r.get("actor_id"),
-                        r.get("role"),
-                        r.get("attributed_to"),
-                        r.get("memory_type"),
-                        _json(r.get("metadata") or {}),
-                        _dt(r["created_at"]),
+                        m.id,
+                        m.text,
+                        m.hash,
+                        m.owner,
+                        m.partition,
+                        m.scope.user_id,
+                        m.scope.agent_id,
+                        m.scope.run_id,
+                        m.actor_id,
+                        m.role,
+                        m.attributed_to,
+                        m.memory_type,
+                        _json(m.metadata),
+                        _dt(m.created_at),
                         stamp,
-                        _dt(r.get("observed_at")),
-                        _dt(r.get("expires_at")),
-                        _dt(r.get("deleted_at")),
-                        int(r.get("version", 1)),
-                        r["terms"],
-                        np.asarray(r["embedding"], dtype=np.float32),
+                        _dt(m.observed_at),
+                        _dt(m.expires_at),
+                        _dt(m.deleted_at),
+                        m.version,
+                        m.terms,
+                        np.asarray(m.embedding, dtype=np.float32),
                     ),
                     fetch="one",
                 )
             except pg_errors.UniqueViolation as exc:
-                raise ImportFormatError(
-                    f"memory {r['id']!r} repeats the text of another live memory of the "
-                    f"same scope ({scope.owner}); nothing was imported"
-                ) from exc
+                raise repeat_error(m) from exc
             rowid = int(row[0])
-            rowids[r["id"]] = rowid
-            yield from self.link_entities(rowid, scope.owner, r.get("entities", []), replace=False)
-            for kind in ("run_id", "agent_id"):
-                values = list(r.get(f"{kind}s", []))
+            rowids[m.id] = rowid
+            written.append(m)
+            yield from self.link_entities(rowid, m.owner, m.entities, replace=False)
+            for kind, values in m.sessions:
                 if values:
                     yield _Q(
                         f"INSERT INTO {self.t('memory_scope')} (memory_rowid, kind, value, "
@@ -1326,29 +1301,15 @@ class _Flows:
                         (rowid, kind, values, stamp),
                         fetch="none",
                     )
-            for h in r.get("history", []):
-                yield from self.insert_history(
-                    HistoryEvent(
-                        memory_id=r["id"],
-                        event=h["event"],
-                        version=int(h.get("version", 1)),
-                        old_memory=h.get("old_memory"),
-                        new_memory=h.get("new_memory"),
-                        old_metadata=h.get("old_metadata"),
-                        new_metadata=h.get("new_metadata"),
-                        actor=h.get("actor", "import"),
-                        reason=h.get("reason"),
-                        created_at=h["created_at"],
-                    )
-                )
-        for r in rows:
-            links = list(r.get("linked_memory_ids", []))
-            if links:
+            for event in m.history:
+                yield from self.insert_history(event)
+        for m in written:
+            if m.links:
                 yield _Q(
                     f"INSERT INTO {self.t('memory_links')} (from_rowid, to_rowid, kind, "
                     f"created_at) SELECT %s, rowid, 'related', %s FROM {self.t('memories')} "
                     "WHERE id = ANY(%s) ON CONFLICT DO NOTHING",
-                    (rowids[r["id"]], _dt(r["updated_at"]), links),
+                    (rowids[m.id], _dt(m.updated_at), m.links),
                     fetch="none",
                 )
         return len(rows)
@@ -1659,7 +1620,7 @@ class _Flows:
         self, scope: Scope, where: Node | None, sql: str, params: list[Any]
     ) -> Tx[np.ndarray[Any, np.dtype[np.int64]] | None]:
         """Rowids a narrowed keyword search may return; None when the cache's scope is the scope."""
-        if len(scope.items()) == 1 and where is None:
+        if not narrowed(scope, where):
             return None
         rows = yield _Q(f"SELECT m.rowid FROM {self.t('memories')} m WHERE {sql}", params)
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
@@ -1682,11 +1643,7 @@ class _Flows:
         if allowed is not None and allowed.size == 0:
             return []
         sem = yield from self.nearest(sql, params, query, n)
-        sem_keys = [int(r[0]) for r in sem]
-        # Statistics (BM25's, entity degrees) come from what the search may
-        # return, never from memories the caller cannot see.
-        kw_keys, _ = cache.bm25.search(terms, n, allowed=allowed, population=allowed)
-        linked: dict[int, list[tuple[str, int]]] = {}
+        pool = Pool(n, allowed, [int(r[0]) for r in sem], cache.bm25, terms)
         if entities:
             # Every link of a memory that can end up in the pool: memories of
             # entities with at most n memories (the pool takes them), and the
@@ -1712,34 +1669,15 @@ class _Flows:
                     *params,
                     n,
                     n,
-                    sorted(set(sem_keys) | {int(x) for x in kw_keys.tolist()}),
+                    pool.found_otherwise,
                 ),
             )
-            for mrow, name, degree in ents:
-                linked.setdefault(int(mrow), []).append((name, int(degree)))
-        pool = set(sem_keys) | {int(x) for x in kw_keys.tolist()}
-        pool |= {m for m, ents_ in linked.items() if min(d for _, d in ents_) <= n}
-        if not pool:
+            pool.link((int(m), name, int(degree)) for m, name, degree in ents)
+        keys = pool.keys()
+        if keys is None:
             return []
-        keys = np.fromiter(pool, dtype=np.int64, count=len(pool))
-        if allowed is not None:
-            keys = keys[np.isin(keys, allowed)]
         found = yield from self.rows_by_rowid([int(x) for x in keys], sql, params, query)
-        bm_keys, bm = cache.bm25.search(terms, keys.size, allowed=keys, population=allowed)
-        bm25 = dict(zip(bm_keys.tolist(), bm.tolist(), strict=True))
-        sem_rank = {key: i + 1 for i, key in enumerate(sem_keys)}
-        kw_rank = {key: i + 1 for i, key in enumerate(kw_keys.tolist())}
-        return [
-            Candidate(
-                row=row,
-                semantic=cosine,
-                bm25=bm25.get(key, 0.0),
-                semantic_rank=sem_rank.get(key),
-                bm25_rank=kw_rank.get(key),
-                entities=linked.get(key, []),
-            )
-            for key, (row, cosine) in found.items()
-        ]
+        return pool.build(keys, ((key, row, cosine) for key, (row, cosine) in found.items()))
 
     def check_binding(self, model: str | None, dim: str | None) -> bool:
         """Whether the store is bound; raises if it is bound to another embedder than ours."""
@@ -1779,7 +1717,7 @@ class _Flows:
         )
         full = False
         for _ in range(3):
-            with self.lock:
+            with self.caches.lock:
                 known = self.caches.get(key)
                 since = known.snapshot if known is not None and not full else None
             if since is None:
@@ -1802,13 +1740,11 @@ class _Flows:
                 return None
             epoch, snap = str(top[2]), _Snapshot.parse(top[3])
             found = [r for r in rows if r[0] != -1]
-            with self.lock:
+            with self.caches.lock:
                 self.caught_up_rows += len(found)
-                if int(epoch) > int(self.epoch):
-                    # A purge or reset: what it erased cannot be read as a change.
-                    self.caches.clear()
-                    self.epoch = epoch
-                elif epoch != self.epoch:
+                # A newer epoch (purge, reset) drops every cache: what it erased
+                # cannot be read as a change.
+                if epoch != self.caches.see(epoch):
                     # This snapshot predates a purge another thread has seen: serve
                     # it from a private cache, filled whole, and keep the shared ones.
                     if since is None:
@@ -1819,33 +1755,27 @@ class _Flows:
                 if cache is None:
                     if since is not None:
                         continue  # dropped meanwhile: read it whole
-                    cache = self.caches[key] = _Cache()
+                    cache = self.caches.put(key, _Cache())
                 if cache.snapshot is since:
                     self._apply(cache, found, snap)
                 elif cache.snapshot is None or not cache.snapshot.covers(snap):
                     continue  # moved meanwhile, not past our snapshot: read from there
                 # (else: another thread caught up from a newer snapshot; it wins)
-                self.caches.move_to_end(key)
-                self.evict()
+                self.caches.touch(key)
+                self.caches.evict()
                 return cache
         raise ConflictError("the keyword index kept being reset while it was read; search again")
 
     @staticmethod
     def _apply(cache: _Cache, rows: Sequence[Sequence[Any]], snap: _Snapshot) -> _Cache:
-        dead = [int(r[0]) for r in rows if not r[1]]
         live = [r for r in rows if r[1]]
-        if dead:
-            cache.bm25.remove(dead)
-        if live:
-            cache.bm25.add([int(r[0]) for r in live], [r[2].split() for r in live])
+        cache.apply(
+            [int(r[0]) for r in rows if not r[1]],
+            [int(r[0]) for r in live],
+            [r[2].split() for r in live],
+        )
         cache.snapshot = snap
         return cache
-
-    def evict(self) -> None:
-        total = sum(len(c.bm25) for c in self.caches.values())
-        while total > self.max_cached and len(self.caches) > 1:
-            _, cache = self.caches.popitem(last=False)
-            total -= len(cache.bm25)
 
 
 def _now() -> datetime:
@@ -2417,7 +2347,7 @@ class PostgresStore:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
-        with self.flows.lock:
+        with self.flows.caches.lock:
             self.flows.caches.clear()
 
 

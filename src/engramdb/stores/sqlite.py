@@ -22,7 +22,6 @@ import logging
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,14 +29,12 @@ from typing import Any
 import numpy as np
 
 from engramdb._time import utc_now
-from engramdb.core.bm25 import BM25Index
 from engramdb.core.filters import Node, compile_sqlite
 from engramdb.core.vectors import VectorIndex
 from engramdb.errors import (
     ConflictError,
     DuplicateMemoryError,
     EmbedderMismatchError,
-    ImportFormatError,
     MemoryNotFoundError,
     SchemaVersionError,
     StoreError,
@@ -51,6 +48,7 @@ from engramdb.stores._erasure import (
     purge_with,
 )
 from engramdb.stores._history import (
+    add_event,
     attach_event,
     delete_event,
     plan_from_history,
@@ -70,6 +68,10 @@ from engramdb.stores.base import (
     Scope,
     visible_scope,
 )
+from engramdb.stores.kernel.caches import ScopeCache, ScopeCaches
+from engramdb.stores.kernel.candidates import Pool, adds_candidates, narrowed
+from engramdb.stores.kernel.dedup import repeated, sessions_to_attach, stored
+from engramdb.stores.kernel.imports import ImportedMemory, clash_error, imported, repeat_error
 from engramdb.stores.sqlite_schema import LATEST, MIGRATIONS
 
 __all__ = ["SQLiteStore"]
@@ -141,21 +143,40 @@ def _sees_clause(scope: Scope) -> tuple[str, list[Any]]:
     return " AND ".join(parts) or "1", params
 
 
-class _Cache:
+class _Cache(ScopeCache):
     """The vector and keyword indexes of one primary scope id, and how current they are.
 
     ``seq`` is the ``meta.seq`` it has caught up to within ``epoch``; ``lock``
     serialises its catch-ups (the indexes have their own locks for searches).
     """
 
-    __slots__ = ("bm25", "epoch", "index", "lock", "seq")
+    __slots__ = ("epoch", "index", "lock", "seq")
 
     def __init__(self, dim: int, epoch: str) -> None:
+        super().__init__()
         self.index = VectorIndex(dim)
-        self.bm25 = BM25Index()
         self.seq = 0
         self.epoch = epoch
         self.lock = threading.Lock()
+
+    def size(self) -> int:
+        return len(self.index)
+
+    def apply(
+        self,
+        dead: Sequence[int],
+        live: Sequence[int],
+        terms: Sequence[list[str]],
+        vectors: np.ndarray[Any, Any] | None = None,
+    ) -> None:
+        """Apply a catch-up to both indexes; ``vectors`` holds the ``live`` rows' vectors."""
+        if live and vectors is None:
+            raise ValueError("the vector cache needs the vectors of the live rows")
+        if dead:
+            self.index.remove(np.array(dead, dtype=np.int64))
+        super().apply(dead, live, terms)
+        if live and vectors is not None:
+            self.index.add(np.array(live, dtype=np.int64), vectors)
 
 
 # What a search reads first: the change counter, the epoch and the binding.
@@ -188,12 +209,12 @@ class SQLiteStore:
         # The embedder this process bound (bind_embedder), checked again by every
         # vector write and search; None until then.
         self._binding: tuple[str, int] | None = None
-        self._caches: OrderedDict[tuple[str, str], _Cache] = OrderedDict()
-        # Guards the dict of caches and the epoch only, never I/O: a scope's
-        # catch-up reads under that scope's own lock (_Cache.lock).
-        self._cache_lock = threading.Lock()
-        self._epoch = "0"
-        self._max_cached = max_cached_vectors
+        # Its lock guards the table of caches and the epoch only, never I/O: a
+        # scope's catch-up reads under that scope's own lock (_Cache.lock).
+        self._table: ScopeCaches[_Cache] = ScopeCaches(
+            max_cached_vectors, epoch="0", lock=threading.Lock()
+        )
+        self._caches = self._table.entries  # read by bench/perf.py
         self._migrate()
 
     # -- connections and transactions -------------------------------------------------
@@ -463,20 +484,9 @@ class SQLiteStore:
                         "WHERE id = ? AND owner = ?",
                         (rowid, now, link, owner),
                     )
-                event = HistoryEvent(
-                    memory_id=mem.id,
-                    event="ADD",
-                    version=1,
-                    old_memory=None,
-                    new_memory=mem.text,
-                    old_metadata=None,
-                    new_metadata=mem.metadata,
-                    actor=actor,
-                    reason=None,
-                    created_at=now,
-                )
+                event = add_event(mem, actor, now)
                 self._insert_history(con, event)
-                outcomes.append(AddOutcome(mem.id, mem.text, "ADD", event))
+                outcomes.append(stored(mem, event))
         return outcomes
 
     @staticmethod
@@ -602,27 +612,22 @@ class SQLiteStore:
     ) -> AddOutcome:
         """A repeat of a live memory: attach the new session ids, store nothing twice."""
         rowid, memory_id, text, agent_id, run_id = existing
-        attached: list[str] = []
-        for kind, value, primary in (
-            ("agent_id", scope.agent_id, agent_id),
-            ("run_id", scope.run_id, run_id),
-        ):
-            if value is None or value == primary:
-                continue
-            cur = con.execute(
+        attached = [
+            (kind, value)
+            for kind, value in sessions_to_attach(scope, agent_id, run_id)
+            if con.execute(
                 "INSERT OR IGNORE INTO memory_scope(memory_rowid, kind, value, created_at) "
                 "VALUES (?, ?, ?, ?)",
                 (rowid, kind, value, now),
-            )
-            if cur.rowcount:
-                attached.append(f"{kind}={value}")
+            ).rowcount
+        ]
         if not attached:
-            return AddOutcome(memory_id, text, "NONE", None)
+            return repeated(memory_id, text)
         con.execute("UPDATE memories SET seq = ? WHERE rowid = ?", (seq, rowid))
         version = con.execute("SELECT version FROM memories WHERE rowid = ?", (rowid,)).fetchone()
         event = attach_event(memory_id, text, int(version[0]), attached, actor, now)
         self._insert_history(con, event)
-        return AddOutcome(memory_id, text, "NONE", event)
+        return repeated(memory_id, text, event)
 
     @staticmethod
     def _link_entities(
@@ -1074,13 +1079,11 @@ class SQLiteStore:
                 )
             ]
             if clash:
-                raise ImportFormatError(
-                    f"{len(clash)} memories of the import already exist (first: {clash[0]!r}); "
-                    "import into an empty store, or purge them first; nothing was imported"
-                )
+                raise clash_error(clash)
             rowids: dict[str, int] = {}
+            written: list[ImportedMemory] = []
             for r in rows:
-                scope = Scope(r.get("user_id"), r.get("agent_id"), r.get("run_id"))
+                m = imported(r)
                 try:
                     cur = con.execute(
                         "INSERT INTO memories(id, text, hash, owner, partition, user_id, "
@@ -1088,73 +1091,53 @@ class SQLiteStore:
                         "created_at, updated_at, observed_at, expires_at, deleted_at, version, "
                         "seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
-                            r["id"],
-                            r["memory"],
-                            r["hash"],
-                            scope.owner,
-                            visible_scope(scope).partition,
-                            scope.user_id,
-                            scope.agent_id,
-                            scope.run_id,
-                            r.get("actor_id"),
-                            r.get("role"),
-                            r.get("attributed_to"),
-                            r.get("memory_type"),
-                            json.dumps(r.get("metadata") or {}, ensure_ascii=False),
-                            r["created_at"],
-                            r["updated_at"],
-                            r.get("observed_at"),
-                            r.get("expires_at"),
-                            r.get("deleted_at"),
-                            int(r.get("version", 1)),
+                            m.id,
+                            m.text,
+                            m.hash,
+                            m.owner,
+                            m.partition,
+                            m.scope.user_id,
+                            m.scope.agent_id,
+                            m.scope.run_id,
+                            m.actor_id,
+                            m.role,
+                            m.attributed_to,
+                            m.memory_type,
+                            json.dumps(m.metadata, ensure_ascii=False),
+                            m.created_at,
+                            m.updated_at,
+                            m.observed_at,
+                            m.expires_at,
+                            m.deleted_at,
+                            m.version,
                             seq,
                         ),
                     )
                 except sqlite3.IntegrityError as exc:
-                    raise ImportFormatError(
-                        f"memory {r['id']!r} repeats the text of another live memory of the "
-                        f"same scope ({scope.owner}); nothing was imported"
-                    ) from exc
+                    raise repeat_error(m) from exc
                 rowid = int(cur.lastrowid or 0)
-                rowids[r["id"]] = rowid
+                rowids[m.id] = rowid
+                written.append(m)
                 con.execute(
                     "INSERT INTO memory_vectors(memory_rowid, embedding) VALUES (?, ?)",
-                    (rowid, _vec_blob(r["embedding"])),
+                    (rowid, _vec_blob(m.embedding)),
                 )
-                con.execute(
-                    "INSERT INTO memory_fts(rowid, terms) VALUES (?, ?)", (rowid, r["terms"])
-                )
-                self._link_entities(
-                    con, rowid, scope.owner, r.get("entities", []), r["updated_at"], replace=False
-                )
-                for kind in ("run_id", "agent_id"):
-                    for value in r.get(f"{kind}s", []):
+                con.execute("INSERT INTO memory_fts(rowid, terms) VALUES (?, ?)", (rowid, m.terms))
+                self._link_entities(con, rowid, m.owner, m.entities, m.updated_at, replace=False)
+                for kind, values in m.sessions:
+                    for value in values:
                         con.execute(
                             "INSERT OR IGNORE INTO memory_scope VALUES (?, ?, ?, ?)",
-                            (rowid, kind, value, r["updated_at"]),
+                            (rowid, kind, value, m.updated_at),
                         )
-                for h in r.get("history", []):
-                    self._insert_history(
-                        con,
-                        HistoryEvent(
-                            memory_id=r["id"],
-                            event=h["event"],
-                            version=int(h.get("version", 1)),
-                            old_memory=h.get("old_memory"),
-                            new_memory=h.get("new_memory"),
-                            old_metadata=h.get("old_metadata"),
-                            new_metadata=h.get("new_metadata"),
-                            actor=h.get("actor", "import"),
-                            reason=h.get("reason"),
-                            created_at=h["created_at"],
-                        ),
-                    )
-            for r in rows:
-                for link in r.get("linked_memory_ids", []):
+                for event in m.history:
+                    self._insert_history(con, event)
+            for m in written:
+                for link in m.links:
                     con.execute(
                         "INSERT OR IGNORE INTO memory_links(from_rowid, to_rowid, kind, "
                         "created_at) SELECT ?, rowid, 'related', ? FROM memories WHERE id = ?",
-                        (rowids[r["id"]], r["updated_at"], link),
+                        (rowids[m.id], m.updated_at, link),
                     )
         return len(rows)
 
@@ -1368,7 +1351,7 @@ class SQLiteStore:
         self, con: sqlite3.Connection, scope: Scope, where: Node | None, sql: str, params: list[Any]
     ) -> np.ndarray[Any, np.dtype[np.int64]] | None:
         """Rowids a narrowed search may return; None when the cache's scope is the scope."""
-        if len(scope.items()) == 1 and where is None:
+        if not narrowed(scope, where):
             return None
         return np.fromiter(
             (r[0] for r in con.execute(f"SELECT m.rowid FROM memories m WHERE {sql}", params)),
@@ -1435,11 +1418,7 @@ class SQLiteStore:
             if allowed is not None and allowed.size == 0:
                 return []
             sem_keys, _ = cache.index.search(query, n, allowed=allowed)
-            # Statistics (BM25's, entity degrees) come from what the search may
-            # return, never from memories the caller cannot see.
-            kw_keys, _ = cache.bm25.search(terms, n, allowed=allowed, population=allowed)
-            pool = set(sem_keys.tolist()) | set(kw_keys.tolist())
-            linked: dict[int, list[tuple[str, int]]] = {}
+            pool = Pool(n, allowed, sem_keys.tolist(), cache.bm25, terms)
             if entities:
                 marks = ",".join("?" * len(entities))
                 # A user's memories only link to that user's entities (the owner key).
@@ -1453,50 +1432,34 @@ class SQLiteStore:
                     f"WHERE e.normalized IN ({marks}){owner_sql}",
                     [*params, *entities, *owner_params],
                 ).fetchall()
-                found_otherwise = sorted(pool)
+                links: list[tuple[int, str, int]] = []
                 for erow, name, degree in ents:
-                    if degree <= n:
-                        links = con.execute(
+                    if adds_candidates(degree, n):
+                        found_links = con.execute(
                             "SELECT memory_rowid FROM memory_entities WHERE entity_rowid = ?",
                             (erow,),
                         ).fetchall()
                     else:
                         # Too common to add candidates: only mark those found otherwise.
-                        links = []
-                        for chunk in _chunks(found_otherwise, 500):
-                            links += con.execute(
+                        found_links = []
+                        for chunk in _chunks(pool.found_otherwise, 500):
+                            found_links += con.execute(
                                 "SELECT memory_rowid FROM memory_entities WHERE entity_rowid = ? "
                                 f"AND memory_rowid IN ({','.join('?' * len(chunk))})",
                                 (erow, *chunk),
                             ).fetchall()
-                    for (mrow,) in links:
-                        linked.setdefault(mrow, []).append((name, int(degree)))
-            pool |= set(linked)
-            if not pool:
+                    links += [(mrow, name, degree) for (mrow,) in found_links]
+                pool.link(links)
+            keys = pool.keys()
+            if keys is None:
                 return []
-            keys = np.fromiter(pool, dtype=np.int64, count=len(pool))
-            if allowed is not None:
-                keys = keys[np.isin(keys, allowed)]
             # Entity links may point outside the scope: the SQL of _rows_by_rowid
-            # (scope, filters, liveness) decides what survives.
+            # (scope, filters, liveness) decides what survives. Vectors are in this
+            # process: the cosine of every candidate comes from the index.
             cos_keys, cos = cache.index.search(query, keys.size, allowed=keys)
-            bm_keys, bm = cache.bm25.search(terms, keys.size, allowed=keys, population=allowed)
             found = self._rows_by_rowid(con, keys, sql, params)
         cosine = dict(zip(cos_keys.tolist(), cos.tolist(), strict=True))
-        bm25 = dict(zip(bm_keys.tolist(), bm.tolist(), strict=True))
-        sem_rank = {k: i + 1 for i, k in enumerate(sem_keys.tolist())}
-        kw_rank = {k: i + 1 for i, k in enumerate(kw_keys.tolist())}
-        return [
-            Candidate(
-                row=row,
-                semantic=cosine.get(key, 0.0),
-                bm25=bm25.get(key, 0.0),
-                semantic_rank=sem_rank.get(key),
-                bm25_rank=kw_rank.get(key),
-                entities=linked.get(key, []),
-            )
-            for key, row in found.items()
-        ]
+        return pool.build(keys, ((key, row, cosine.get(key, 0.0)) for key, row in found.items()))
 
     def _rows_by_rowid(
         self,
@@ -1534,23 +1497,24 @@ class SQLiteStore:
             return None  # nothing bound since the last reset: no vectors anywhere
         epoch, seq = meta["epoch"], int(meta["seq"])
         key = (kind, value)
-        with self._cache_lock:
-            self._see_epoch(epoch)
-            cache = self._caches.get(key)
+        table = self._table
+        with table.lock:
+            newest = table.see(epoch)
+            cache = table.get(key)
             if cache is None or cache.epoch != epoch or cache.index.dim != bound[1]:
                 cache = _Cache(bound[1], epoch)
-                if epoch == self._epoch:
-                    self._caches[key] = cache
+                if epoch == newest:
+                    table.put(key, cache)
             else:
-                self._caches.move_to_end(key)
+                table.touch(key)
             if cache.seq >= seq:
                 return cache
         with cache.lock:
             current = self._catch_up(cache, kind, value)
-        with self._cache_lock:
-            if current is not cache and current.epoch == self._see_epoch(current.epoch):
-                self._caches[key] = current
-            self._evict()
+        with table.lock:
+            if current is not cache and current.epoch == table.see(current.epoch):
+                table.put(key, current)
+            table.evict()
         return current
 
     def _bound_in(self, meta: dict[str, str]) -> tuple[str, int] | None:
@@ -1560,13 +1524,6 @@ class SQLiteStore:
         if self._binding is not None:
             self._refuse_other((meta["embedder_model"], meta.get("embedder_dim")), self._binding)
         return meta["embedder_model"], int(meta["embedder_dim"])
-
-    def _see_epoch(self, epoch: str) -> str:
-        """Under ``_cache_lock``: a newer epoch (purge, reset) drops every cache."""
-        if int(epoch) > int(self._epoch):
-            self._caches.clear()
-            self._epoch = epoch
-        return self._epoch
 
     def _catch_up(self, cache: _Cache, kind: str, value: str) -> _Cache:
         """Under ``cache.lock``: apply the rows changed since ``cache.seq``; returns the cache.
@@ -1603,23 +1560,16 @@ class SQLiteStore:
                     [cache.seq, seq, *params],
                 ).fetchall()
         live = [r for r in rows if r[1]]
-        dead = [r[0] for r in rows if not r[1]]
-        if dead:
-            cache.index.remove(np.array(dead, dtype=np.int64))
-            cache.bm25.remove(dead)
-        if live:
-            cache.bm25.add([r[0] for r in live], [(r[3] or "").split() for r in live])
-            keys = np.array([r[0] for r in live], dtype=np.int64)
-            vecs = np.frombuffer(b"".join(r[2] for r in live), dtype=F32).reshape(len(live), -1)
-            cache.index.add(keys, vecs)
+        cache.apply(
+            [r[0] for r in rows if not r[1]],
+            [r[0] for r in live],
+            [(r[3] or "").split() for r in live],
+            np.frombuffer(b"".join(r[2] for r in live), dtype=F32).reshape(len(live), -1)
+            if live
+            else None,
+        )
         cache.seq = max(cache.seq, seq)
         return cache
-
-    def _evict(self) -> None:
-        total = sum(len(c.index) for c in self._caches.values())
-        while total > self._max_cached and len(self._caches) > 1:
-            _, cache = self._caches.popitem(last=False)
-            total -= len(cache.index)
 
     def close(self) -> None:
         """Close every connection this store opened (from any thread)."""
@@ -1629,8 +1579,8 @@ class SQLiteStore:
                 with contextlib.suppress(sqlite3.Error):
                     con.close()
             self._conns.clear()
-        with self._cache_lock:
-            self._caches.clear()
+        with self._table.lock:
+            self._table.clear()
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

