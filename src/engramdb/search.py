@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engramdb.core.records import Candidate, MemoryRow
 from engramdb.nlp import (
     detect_language,
     extract_entities,
@@ -27,7 +28,6 @@ from engramdb.nlp import (
 )
 from engramdb.nlp.stopwords import STOP_WORDS
 from engramdb.rerank import RerankConfig
-from engramdb.stores.base import Candidate, MemoryRow
 
 __all__ = [
     "DENSE_ONLY",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
+from engramdb.core.records import Scope
 from engramdb.errors import (
     MessagesError,
     MetadataError,
@@ -17,7 +18,6 @@ from engramdb.errors import (
     TimestampError,
     ValidationError,
 )
-from engramdb.stores.base import Scope
 
 __all__ = [
     "RESERVED_METADATA_KEYS",

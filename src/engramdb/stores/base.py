@@ -1,4 +1,7 @@
-"""The store port: records that cross it, and the protocol every backend implements.
+"""The store port: the protocols every backend implements, and the records that cross it.
+
+The records themselves live in :mod:`engramdb.core.records` and are
+re-exported here, so a backend needs one import.
 
 A backend owns persistence and transactions; it never decides *what* to
 remember (the core does) and never scores fusion (the retrieval layer does).
@@ -8,12 +11,23 @@ Every method that writes is one transaction: all of it lands or none of it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from engramdb.core.filters import Node
+from engramdb.core.records import (
+    AddOutcome,
+    Candidate,
+    EntityRef,
+    HistoryEvent,
+    MemoryRow,
+    NewMemory,
+    NewMessage,
+    RestorePlan,
+    Scope,
+    visible_scope,
+)
 
 if TYPE_CHECKING:  # _erasure imports this module
     from engramdb.stores._erasure import ErasurePlan
@@ -32,226 +46,6 @@ __all__ = [
     "Store",
     "visible_scope",
 ]
-
-ScopeKind = Literal["user_id", "agent_id", "run_id"]
-
-EntityRef = tuple[str, str, str]
-"""An entity mention: ``(name, normalized, type)``."""
-
-
-@dataclass(frozen=True)
-class Scope:
-    """The ids a call is scoped to; at least one is set (the core checks)."""
-
-    user_id: str | None = None
-    agent_id: str | None = None
-    run_id: str | None = None
-
-    @property
-    def owner(self) -> str:
-        """The top-level owner: the user when given, else the agent, else the run.
-
-        Entities are shared per owner, and a purge locks per owner; exact
-        repeats are dropped per :attr:`partition`, which is finer.
-        """
-        if self.user_id is not None:
-            return f"user:{self.user_id}"
-        if self.agent_id is not None:
-            return f"agent:{self.agent_id}"
-        if self.run_id is not None:
-            return f"run:{self.run_id}"
-        raise ValueError("a scope needs user_id, agent_id or run_id")
-
-    @property
-    def partition(self) -> str:
-        """Dedup key of a *visible* scope: every id that is set, length-prefixed.
-
-        Exact repeats are dropped among the live memories of one partition,
-        the visible scope they were written from (see
-        :func:`engramdb._ops.visible_scope`), so a repeat never matches a
-        memory its caller cannot see. The length prefixes make the key
-        unambiguous whatever characters the ids hold; the SQL migrations
-        compute the same key.
-        """
-        parts = [
-            f"{tag}{len(value)}:{value}"
-            for tag, value in (("u", self.user_id), ("a", self.agent_id), ("r", self.run_id))
-            if value is not None
-        ]
-        if not parts:
-            raise ValueError("a scope needs user_id, agent_id or run_id")
-        return "".join(parts)
-
-    def sees(self, row: MemoryRow) -> bool:
-        """Whether ``row`` lies in this scope: every id matches (attached sessions count)."""
-        if self.user_id is not None and row.user_id != self.user_id:
-            return False
-        if self.agent_id is not None and self.agent_id not in (row.agent_id, *row.agent_ids):
-            return False
-        return self.run_id is None or self.run_id in (row.run_id, *row.run_ids)
-
-    def items(self) -> list[tuple[ScopeKind, str]]:
-        """The ids that are set, as ``(field, value)`` pairs."""
-        out: list[tuple[ScopeKind, str]] = []
-        if self.user_id is not None:
-            out.append(("user_id", self.user_id))
-        if self.agent_id is not None:
-            out.append(("agent_id", self.agent_id))
-        if self.run_id is not None:
-            out.append(("run_id", self.run_id))
-        return out
-
-
-def visible_scope(scope: Scope, bound: Scope | None = None) -> Scope:
-    """The memories a call with ``scope`` may see (and dedup, link, change) through any path.
-
-    A user's or agent's memories are split by who may see them: a call named
-    ``{user_id: alice, agent_id: coach}`` sees alice's memories *with coach*
-    (as primary agent or attached), not alice's agent-less ones nor another
-    agent's. A run is a session, not a wall: its memories stay visible to the
-    next run of the same user/agent (that is how a fact seen again in a new
-    session attaches that session instead of being stored twice), unless the
-    caller is ``bound`` to the run (a key for one run sees that run only), or
-    the scope names nothing but a run. ``scope`` must already lie inside
-    ``bound`` (the faces merge the bound ids in first).
-    """
-    if scope.user_id is None and scope.agent_id is None:
-        return scope
-    run = bound.run_id if bound is not None else None
-    return Scope(scope.user_id, scope.agent_id, run)
-
-
-@dataclass
-class NewMessage:
-    """A raw conversation message to keep beside the memories made from it."""
-
-    role: str
-    content: str
-    name: str | None = None
-    observed_at: str | None = None
-    rowid: int | None = field(default=None, compare=False)
-    """The stored message's id when the store hands it back (``recent_messages``), so a
-    memory can name the messages it borrows words from; ``None`` for a new message."""
-
-
-@dataclass
-class NewMemory:
-    """A memory the core has decided to store; the store assigns nothing but rowids."""
-
-    id: str
-    text: str
-    hash: str
-    embedding: np.ndarray[Any, np.dtype[np.float32]]
-    terms: str
-    actor_id: str | None = None
-    role: str | None = None
-    attributed_to: str | None = None
-    memory_type: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    observed_at: str | None = None
-    expires_at: str | None = None
-    source_messages: list[int] = field(default_factory=list)
-    """Indexes into the ``messages`` list passed with the same add."""
-    links: list[str] = field(default_factory=list)
-    """Public ids of existing memories this one relates to."""
-    entities: list[EntityRef] = field(default_factory=list)
-    """Entities mentioned in the text, linked relationally on write."""
-    context_messages: list[int] = field(default_factory=list)
-    """Indexes into the add's ``messages`` whose words ``terms`` also holds (a verbatim
-    turn indexes the message before it): recorded, so a purge of those messages can
-    re-index this memory."""
-    context_rowids: list[int] = field(default_factory=list)
-    """Stored messages (:attr:`NewMessage.rowid`) whose words ``terms`` also holds."""
-
-
-@dataclass
-class MemoryRow:
-    """A stored memory as the store returns it."""
-
-    id: str
-    text: str
-    hash: str
-    user_id: str | None
-    agent_id: str | None
-    run_id: str | None
-    actor_id: str | None
-    role: str | None
-    attributed_to: str | None
-    memory_type: str | None
-    metadata: dict[str, Any]
-    created_at: str
-    updated_at: str
-    observed_at: str | None
-    expires_at: str | None
-    deleted_at: str | None
-    version: int
-    run_ids: list[str] = field(default_factory=list)
-    """Extra runs this memory was seen in (besides ``run_id``)."""
-    agent_ids: list[str] = field(default_factory=list)
-    """Extra agents this memory was seen with (besides ``agent_id``)."""
-    linked_ids: list[str] = field(default_factory=list)
-
-
-@dataclass
-class HistoryEvent:
-    """One row of the append-only history."""
-
-    memory_id: str
-    event: str
-    version: int
-    old_memory: str | None
-    new_memory: str | None
-    old_metadata: dict[str, Any] | None
-    new_metadata: dict[str, Any] | None
-    actor: str
-    reason: str | None
-    created_at: str
-    id: int | None = None
-
-
-@dataclass
-class AddOutcome:
-    """What happened to one memory of an add: stored (ADD) or already there (NONE)."""
-
-    id: str
-    memory: str
-    event: Literal["ADD", "NONE"]
-    history: HistoryEvent | None
-
-
-@dataclass
-class Candidate:
-    """A memory found by at least one retrieval signal, with every signal's value.
-
-    The store gathers the signals; the retrieval layer fuses them into a score.
-    """
-
-    row: MemoryRow
-    semantic: float
-    """Cosine similarity to the query vector (computed for every candidate)."""
-    bm25: float
-    """BM25 of the query terms within the scope; 0 when no term matches."""
-    semantic_rank: int | None = None
-    """1-based rank in the semantic list, if the memory came from it."""
-    bm25_rank: int | None = None
-    """1-based rank in the keyword list, if the memory came from it."""
-    entities: list[tuple[str, int]] = field(default_factory=list)
-    """Query entities this memory is linked to, with each entity's degree
-    (how many memories it is linked to)."""
-
-
-@dataclass
-class RestorePlan:
-    """What :meth:`Store.apply_restore` will write, computed before the write lock."""
-
-    memory_id: str
-    expected_version: int
-    undelete: bool
-    text: str
-    metadata: dict[str, Any]
-    to_version: int | None
-    """The version whose content comes back; ``None`` for a plain undelete."""
-
 
 class Store(Protocol):
     """Persistence of memories, vectors, index rows, links, messages and history."""
