@@ -73,6 +73,8 @@ from engramdb.bench._torture_writer import STEMS, StemVectors
 
 __all__ = ["DEFAULTS", "PARTS", "print_report", "run", "violations"]
 
+log = logging.getLogger("engramdb.bench.torture")
+
 PARTS: tuple[str, ...] = (
     "kills",
     "writers-sqlite",
@@ -336,6 +338,13 @@ def check_sqlite(db: Path, dim: int) -> tuple[int, list[str]]:
         return -1, [*problems, f"{type(exc).__name__}: {exc}"]
     finally:
         con.close()
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception as one line; an ExceptionGroup (anyio task groups) by its leaves."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(sub) for sub in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _opens(db: Path, embedder: Any) -> str | None:
@@ -1154,7 +1163,8 @@ def run(
                         pg, pg_reason, sabotage,
                     )  # fmt: skip
                 except Exception as exc:
-                    result = {"status": "error", "reason": f"{type(exc).__name__}: {exc}"[:500]}
+                    result = {"status": "error", "reason": _describe(exc)[:1000]}
+                    log.exception("torture part %s failed", name)
                 result.setdefault("status", "ran")
                 result["wall_s"] = round(time.perf_counter() - t0, 1)
                 result["load_avg_start"] = l0
