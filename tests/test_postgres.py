@@ -38,7 +38,7 @@ from engramdb.embedders import LocalEmbedder
 from engramdb.stores import STORE_URL_ENV, make_store
 from engramdb.stores.base import NewMemory, Scope
 from engramdb.stores.postgres import AsyncPostgresStore, PostgresStore
-from engramdb.stores.postgres_schema import LATEST
+from engramdb.stores.postgres.schema import LATEST
 from pg import PgServer
 from test_filters import CORE_COLUMNS, Row, filter_dicts, ref_rows, row_id, rows
 

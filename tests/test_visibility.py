@@ -25,10 +25,10 @@ from engramdb.embedders import LocalEmbedder
 from engramdb.llms import make_llm
 from engramdb.stores import make_store
 from engramdb.stores.base import Scope, visible_scope
-from engramdb.stores.postgres_schema import BOOTSTRAP as PG_BOOTSTRAP
-from engramdb.stores.postgres_schema import MIGRATIONS as PG_MIGRATIONS
-from engramdb.stores.sqlite import _split_sql
-from engramdb.stores.sqlite_schema import MIGRATIONS as SQLITE_MIGRATIONS
+from engramdb.stores.postgres.schema import BOOTSTRAP as PG_BOOTSTRAP
+from engramdb.stores.postgres.schema import MIGRATIONS as PG_MIGRATIONS
+from engramdb.stores.sqlite._base import _split_sql
+from engramdb.stores.sqlite.schema import MIGRATIONS as SQLITE_MIGRATIONS
 from openai_wire import RecordedRequest, WireServer
 
 SECRET = "My therapist is Dr. Lee"

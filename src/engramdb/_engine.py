@@ -34,6 +34,7 @@ __all__ = [
 
 T = TypeVar("T")
 R = TypeVar("R")
+E = TypeVar("E")
 P = ParamSpec("P")
 
 
@@ -100,8 +101,18 @@ Effect = EmbedDocuments | EmbedQuery | StoreCall | Complete | Emit
 Flow = Generator[Effect, Any, T]
 
 
-def run_sync(flow: Flow[T], perform: Callable[[Effect], Any]) -> T:
-    """Drive ``flow`` to its end, performing each effect with ``perform``."""
+Catch = type[BaseException] | tuple[type[BaseException], ...]
+
+
+def run_sync(
+    flow: Generator[E, Any, T], perform: Callable[[E], Any], *, catch: Catch = Exception
+) -> T:
+    """Drive ``flow`` to its end, performing each effect with ``perform``.
+
+    An exception of a ``catch`` type raised by ``perform`` is thrown into the
+    flow; any other propagates. The same driver runs the API's flows (effects
+    of this module) and a backend's transaction flows (its statements).
+    """
     value: Any = None
     error: BaseException | None = None
     while True:
@@ -111,11 +122,13 @@ def run_sync(flow: Flow[T], perform: Callable[[Effect], Any]) -> T:
             return stop.value  # type: ignore[no-any-return]
         try:
             value, error = perform(effect), None
-        except Exception as exc:
+        except catch as exc:
             value, error = None, exc
 
 
-async def run_async(flow: Flow[T], perform: Callable[[Effect], Awaitable[Any]]) -> T:
+async def run_async(
+    flow: Generator[E, Any, T], perform: Callable[[E], Awaitable[Any]], *, catch: Catch = Exception
+) -> T:
     """Like :func:`run_sync`, awaiting each effect."""
     value: Any = None
     error: BaseException | None = None
@@ -126,8 +139,8 @@ async def run_async(flow: Flow[T], perform: Callable[[Effect], Awaitable[Any]]) 
             return stop.value  # type: ignore[no-any-return]
         try:
             value, error = await perform(effect), None
-        except Exception as exc:
-            value, error = None, exc
         except asyncio.CancelledError:
             flow.close()
             raise
+        except catch as exc:
+            value, error = None, exc

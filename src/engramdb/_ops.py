@@ -74,7 +74,6 @@ from engramdb.search import (
     fuse,
     plan_query,
 )
-from engramdb.stores._erasure import PLAN_ATTEMPTS, reindexed_terms
 from engramdb.stores.base import (
     AddOutcome,
     EntityRef,
@@ -86,6 +85,7 @@ from engramdb.stores.base import (
     Store,
     visible_scope,
 )
+from engramdb.stores.kernel.erasure import PLAN_ATTEMPTS, reindexed_terms
 
 __all__ = ["Operations", "event_dict", "item"]
 
@@ -127,9 +127,7 @@ def item(row: MemoryRow, linkable: set[str] | None = None) -> dict[str, Any]:
         out["run_ids"] = [row.run_id, *row.run_ids] if row.run_id else list(row.run_ids)
     if row.agent_ids:
         out["agent_ids"] = [row.agent_id, *row.agent_ids] if row.agent_id else list(row.agent_ids)
-    out["linked_memory_ids"] = [
-        i for i in row.linked_ids if linkable is None or i in linkable
-    ]
+    out["linked_memory_ids"] = [i for i in row.linked_ids if linkable is None or i in linkable]
     return out
 
 
@@ -418,7 +416,7 @@ class Operations:
         # search only; its text and vector stay its own). See docs/retrieval.md.
         # Each memory records which messages it borrowed words from (a stored
         # message by rowid, one of this add by index), so purging a message can
-        # re-index it (stores/_erasure.py).
+        # re-index it (stores/kernel/erasure.py).
         window = self.fusion.context_messages
         for attempt in range(2):
             said: list[tuple[str, int | None, int | None]] = []  # (content, rowid, index)

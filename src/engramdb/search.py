@@ -286,4 +286,3 @@ def apply_rerank(hits: list[Hit], grades: list[float], weight: float) -> list[Hi
         out.append(Hit(hit.row, score, {**hit.explain, "rerank": grade, "score": score}))
     out.sort(key=lambda h: (-h.score, -h.explain["semantic"], h.row.id))
     return out
-

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         # mypy checks each backend against its protocol here, method by method.
         return sqlite, pg, apg
 
+
 __all__ = [
     "POSTGRES_OPTIONS",
     "POSTGRES_PROVIDERS",

@@ -30,7 +30,7 @@ from engramdb.core.records import (
 )
 
 if TYPE_CHECKING:  # _erasure imports this module
-    from engramdb.stores._erasure import ErasurePlan
+    from engramdb.stores.kernel.erasure import ErasurePlan
 
 __all__ = [
     "AddOutcome",
@@ -46,6 +46,7 @@ __all__ = [
     "Store",
     "visible_scope",
 ]
+
 
 class Store(Protocol):
     """Persistence of memories, vectors, index rows, links, messages and history."""

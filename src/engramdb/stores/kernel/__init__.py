@@ -1,6 +1,6 @@
-"""The store kernel: what every backend does alike, with no SQL and no I/O.
+"""The store kernel: what every backend does alike, with no I/O.
 
-A backend (``stores/sqlite.py``, ``stores/postgres.py``) keeps its schema,
+A backend (``stores/sqlite/``, ``stores/postgres/``) keeps its schema,
 its statements and its connections, reads what a decision needs and hands
 it to these modules:
 
@@ -11,9 +11,14 @@ it to these modules:
   concurrent catch-ups);
 - :mod:`.imports`: what an import of exported rows writes and how it refuses;
 - :mod:`.dedup`: which sessions a repeat attaches and the outcome records of
-  an add.
-
-Erasure planning (``stores/_erasure.py``) and history planning
-(``stores/_history.py``) belong here too; they move in when the modules that
-import them (``_ops.py``, ``stores/base.py``) are next changed.
+  an add;
+- :mod:`.erasure`: what a purge erases and what it re-indexes (planned from
+  facts the backend reads, applied by the backend in one transaction);
+- :mod:`.history`: the history events of every change and the plan of a
+  restore;
+- :mod:`.rows`: stored columns to :class:`~engramdb.core.records.MemoryRow`
+  and :class:`~engramdb.core.records.HistoryEvent`, over each backend's value
+  converters;
+- :mod:`.sql`: the few statements both dialects write alike, over a
+  :class:`~.sql.Dialect` table.
 """

@@ -26,7 +26,7 @@ def sessions_to_attach(
     ``agent_id`` and ``run_id`` are the memory's own (primary) ids: a session
     is attached only where the caller's differs from them. The backend
     attaches each unless it is attached already, and writes one ATTACH event
-    for those it did attach (:func:`~engramdb.stores._history.attach_event`).
+    for those it did attach (:func:`~engramdb.stores.kernel.history.attach_event`).
     """
     return [
         (kind, value)

@@ -26,6 +26,7 @@ from engramdb.errors import ConflictError
 from engramdb.stores.base import Scope
 
 __all__ = [
+    "DERIVED_ROWS",
     "PLAN_ATTEMPTS",
     "ErasureFacts",
     "ErasurePlan",
@@ -39,6 +40,19 @@ __all__ = [
 
 PLAN_ATTEMPTS = 5
 """Plans a purge makes before giving up when writes keep changing what it covers."""
+
+
+DERIVED_ROWS: tuple[tuple[str, str], ...] = (
+    ("memory_entities", "memory_rowid"),
+    ("memory_sources", "memory_rowid"),
+    ("memory_context", "memory_rowid"),
+    ("memory_scope", "memory_rowid"),
+    ("memory_links", "from_rowid"),
+    ("memory_links", "to_rowid"),
+)
+"""The tables (and their column naming a memory's rowid) holding rows derived from a
+memory, which a purge deletes with it in every backend; a backend adds its own
+(SQLite: its vector and FTS tables) before the ``memories`` row itself."""
 
 
 @dataclass

@@ -1,0 +1,150 @@
+"""Stored columns to records: one column list and one conversion for every backend.
+
+A backend selects :data:`MEMORY_COLUMNS` (over the alias ``m``) or
+:data:`HISTORY_COLUMNS` in this order and hands each raw row to
+:func:`memory_row` or :func:`history_event` with its
+:class:`ValueConverters`: how its driver returns a timestamp (SQLite: ISO
+text already; PostgreSQL: a ``datetime``) and a JSON document (SQLite: text;
+PostgreSQL: already decoded). Nothing else about a row differs between
+backends, so nothing else is written per backend.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from engramdb.core.records import HistoryEvent, MemoryRow
+
+__all__ = [
+    "HISTORY_COLUMNS",
+    "ISO_TEXT",
+    "MEMORY_COLUMNS",
+    "ValueConverters",
+    "chunks",
+    "history_event",
+    "iso_stamp",
+    "memory_columns",
+    "memory_row",
+]
+
+_MEMORY = (
+    "rowid",
+    "id",
+    "text",
+    "hash",
+    "user_id",
+    "agent_id",
+    "run_id",
+    "actor_id",
+    "role",
+    "attributed_to",
+    "memory_type",
+    "metadata",
+    "created_at",
+    "updated_at",
+    "observed_at",
+    "expires_at",
+    "deleted_at",
+    "version",
+)
+
+MEMORY_COLUMNS = len(_MEMORY)
+"""How many columns :func:`memory_columns` selects; a query's extra columns follow them."""
+
+HISTORY_COLUMNS = (
+    "rowid, memory_id, event, version, old_memory, new_memory, old_metadata, new_metadata, "
+    "actor, reason, created_at"
+)
+"""The columns of the history table that :func:`history_event` reads, in its order."""
+
+
+def memory_columns(alias: str = "m") -> str:
+    """The memory columns :func:`memory_row` reads, in its order, over ``alias``."""
+    return ", ".join(f"{alias}.{name}" for name in _MEMORY)
+
+
+@dataclass(frozen=True)
+class ValueConverters:
+    """How one backend's driver returns the values that are not plain text or numbers."""
+
+    stamp: Callable[[Any], str | None]
+    """A stored timestamp (or NULL) as ISO-8601 text (or None)."""
+    document: Callable[[Any], dict[str, Any] | None]
+    """A stored JSON document (or NULL) as a dict (or None)."""
+
+
+def _text_json(value: Any) -> dict[str, Any] | None:
+    return None if value is None else json.loads(value)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def iso_stamp(moment: datetime | None) -> str | None:
+    """A driver's ``datetime`` as the text every backend returns: UTC, microseconds, "+00:00"."""
+    return None if moment is None else moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+ISO_TEXT = ValueConverters(stamp=_same, document=_text_json)
+"""A driver that returns timestamps as ISO text and JSON as text (SQLite)."""
+
+
+def memory_row(
+    r: Sequence[Any],
+    values: ValueConverters,
+    *,
+    run_ids: Sequence[str] = (),
+    agent_ids: Sequence[str] = (),
+    linked_ids: Sequence[str] = (),
+) -> MemoryRow:
+    """A :class:`MemoryRow` from the first :data:`MEMORY_COLUMNS` values of ``r``."""
+    return MemoryRow(
+        id=r[1],
+        text=r[2],
+        hash=r[3],
+        user_id=r[4],
+        agent_id=r[5],
+        run_id=r[6],
+        actor_id=r[7],
+        role=r[8],
+        attributed_to=r[9],
+        memory_type=r[10],
+        metadata=values.document(r[11]) or {},
+        created_at=values.stamp(r[12]) or "",
+        updated_at=values.stamp(r[13]) or "",
+        observed_at=values.stamp(r[14]),
+        expires_at=values.stamp(r[15]),
+        deleted_at=values.stamp(r[16]),
+        version=r[17],
+        run_ids=list(run_ids),
+        agent_ids=list(agent_ids),
+        linked_ids=list(linked_ids),
+    )
+
+
+def history_event(r: Sequence[Any], values: ValueConverters) -> HistoryEvent:
+    """A :class:`HistoryEvent` from a row of :data:`HISTORY_COLUMNS`."""
+    return HistoryEvent(
+        id=int(r[0]),
+        memory_id=r[1],
+        event=r[2],
+        version=r[3],
+        old_memory=r[4],
+        new_memory=r[5],
+        old_metadata=values.document(r[6]),
+        new_metadata=values.document(r[7]),
+        actor=r[8],
+        reason=r[9],
+        created_at=values.stamp(r[10]) or "",
+    )
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """``items`` in slices of at most ``size`` (statements have a bound on parameters)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

@@ -1,0 +1,396 @@
+"""The read and search flows of the PostgreSQL store."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from engramdb.core.filters import Node
+from engramdb.errors import (
+    ConflictError,
+    EmbedderMismatchError,
+)
+from engramdb.stores.base import (
+    Candidate,
+    MemoryRow,
+    NewMessage,
+    Scope,
+)
+from engramdb.stores.kernel.candidates import Pool, narrowed
+from engramdb.stores.postgres._sql import (
+    _NCOLS,
+    _Q,
+    Tx,
+    _Cache,
+    _FlowBase,
+    _iso,
+    _Snapshot,
+)
+
+T = TypeVar("T")
+
+
+class _ReadFlows(_FlowBase):
+    """The read transactions and the search."""
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def failure(
+        self, failure_id: int
+    ) -> Tx[tuple[Scope, list[tuple[int, NewMessage]], bool] | None]:
+        """A recorded failure: scope, ``(message id, message)`` pairs, resolved or not."""
+        row = yield _Q(
+            f"SELECT user_id, agent_id, run_id, resolved_at FROM {self.t('extraction_failures')} "
+            "WHERE rowid = %s",
+            (failure_id,),
+            fetch="one",
+        )
+        if row is None:
+            return None
+        msgs = yield _Q(
+            f"SELECT m.rowid, m.role, m.content, m.name, m.observed_at FROM {self.t('messages')} m "
+            f"JOIN {self.t('failure_messages')} f ON f.message_rowid = m.rowid "
+            "WHERE f.failure_rowid = %s ORDER BY m.rowid",
+            (failure_id,),
+        )
+        return (
+            Scope(row[0], row[1], row[2]),
+            [(int(r[0]), NewMessage(r[1], r[2], r[3], _iso(r[4]))) for r in msgs],
+            row[3] is not None,
+        )
+
+    def failures(self, scope: Scope, *, include_resolved: bool = False) -> Tx[list[dict[str, Any]]]:
+        """Recorded extraction failures of a scope, newest first."""
+        clause = " AND ".join(f"{k} = %s" for k, _ in scope.items())
+        resolved = "" if include_resolved else " AND resolved_at IS NULL"
+        rows = yield _Q(
+            f"SELECT rowid, error, created_at, resolved_at, (SELECT count(*) FROM "
+            f"{self.t('failure_messages')} f WHERE f.failure_rowid = e.rowid) FROM "
+            f"{self.t('extraction_failures')} e WHERE {clause}{resolved} ORDER BY rowid DESC",
+            [v for _, v in scope.items()],
+        )
+        return [
+            {
+                "id": int(r[0]),
+                "error": r[1],
+                "created_at": _iso(r[2]),
+                "resolved_at": _iso(r[3]),
+                "messages": int(r[4]),
+            }
+            for r in rows
+        ]
+
+    def recent_messages(self, scope: Scope, limit: int) -> Tx[list[NewMessage]]:
+        """The last ``limit`` raw messages of a scope, oldest first."""
+        clause = " AND ".join(f"{k} = %s" for k, _ in scope.items())
+        rows = yield _Q(
+            f"SELECT role, content, name, observed_at, rowid FROM {self.t('messages')} "
+            f"WHERE {clause} ORDER BY rowid DESC LIMIT %s",
+            [*(v for _, v in scope.items()), limit],
+        )
+        return [NewMessage(r[0], r[1], r[2], _iso(r[3]), rowid=int(r[4])) for r in reversed(rows)]
+
+    def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> Tx[set[str]]:
+        """Which of ``hashes`` a live memory of ``owner`` already has."""
+        if not hashes:
+            return set()
+        clause, params = self.scope_clause(visible)
+        rows = yield _Q(
+            f"SELECT DISTINCT m.hash FROM {self.t('memories')} m WHERE m.deleted_at IS NULL "
+            f"AND m.hash = ANY(%s) AND {clause}",
+            (list(hashes), *params),
+        )
+        return {r[0] for r in rows}
+
+    def list_memories(
+        self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
+    ) -> Tx[list[MemoryRow]]:
+        """Live memories of a scope, newest first (ties by insertion order)."""
+        sql, params = self.where(scope, where)
+        rows = yield _Q(
+            f"SELECT {self.cols} FROM {self.t('memories')} m WHERE {sql} "
+            "ORDER BY m.created_at DESC, m.rowid DESC LIMIT %s OFFSET %s",
+            [*params, limit, offset],
+        )
+        return self.rows(rows)
+
+    def count(self) -> Tx[int]:
+        """Number of memory rows (deleted ones included)."""
+        row = yield _Q(f"SELECT count(*) FROM {self.t('memories')}", fetch="one")
+        return int(row[0])
+
+    def visible_ids(self, scope: Scope, memory_ids: Sequence[str]) -> Tx[set[str]]:
+        """Which of ``memory_ids`` are memories ``scope`` sees (deleted ones included)."""
+        if not memory_ids:
+            return set()
+        clause, params = self.scope_clause(scope)
+        rows = yield _Q(
+            f"SELECT m.id FROM {self.t('memories')} m WHERE m.id = ANY(%s) AND {clause}",
+            (list(dict.fromkeys(memory_ids)), *params),
+        )
+        return {r[0] for r in rows}
+
+    def export_chunk(self, after: int, size: int) -> Tx[tuple[int, list[dict[str, Any]]]]:
+        raw = yield _Q(
+            f"SELECT {self.cols}, m.embedding, m.terms FROM {self.t('memories')} m "
+            "WHERE m.rowid > %s ORDER BY m.rowid LIMIT %s",
+            (after, size),
+        )
+        if not raw:
+            return after, []
+        rows = self.rows(raw)
+        out = []
+        for r, row in zip(raw, rows, strict=True):
+            out.append(
+                {
+                    "row": row,
+                    "embedding": np.asarray(r[_NCOLS], dtype=np.float32),
+                    "terms": r[_NCOLS + 1],
+                    "history": (yield from self.history(row.id)),
+                }
+            )
+        return int(raw[-1][0]), out
+
+    # -- search ------------------------------------------------------------------------------
+
+    def search_settings(self, k: int) -> _Q:
+        ef = max(self.ef_search, min(1000, 2 * k))
+        scan = ", set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+        return _Q(
+            f"SELECT set_config('hnsw.ef_search', %s, true){scan if self.iterative_scan else ''}",
+            (str(ef),),
+            fetch="none",
+        )
+
+    def nearest(
+        self,
+        sql: str,
+        params: list[Any],
+        query: np.ndarray[Any, Any],
+        k: int,
+        *,
+        full: bool = False,
+    ) -> Tx[list[Any]]:
+        """The ``k`` rows matching ``sql`` nearest to ``query``, nearest first.
+
+        Rows are ``(rowid, distance)``, or with ``full`` the :attr:`cols` columns
+        followed by the distance.
+        """
+        if k <= 0:
+            return []
+        vec = np.asarray(query, dtype=np.float32)
+        out = (
+            f"SELECT {self.cols}, h.d FROM hits h JOIN {self.t('memories')} m ON m.rowid = h.rowid"
+            if full
+            else "SELECT h.rowid, h.d FROM hits h"
+        )
+        yield self.search_settings(k)
+        # The HNSW index with iterative scans; relaxed order is put right by the
+        # outer sort.
+        rows = yield _Q(
+            "WITH hits AS MATERIALIZED (SELECT m.rowid, m.embedding <=> %s AS d FROM "
+            f"{self.t('memories')} m WHERE {sql} AND m.embedding IS NOT NULL ORDER BY d LIMIT %s) "
+            f"{out} ORDER BY h.d, h.rowid",
+            [vec, *params, k],
+        )
+        if len(rows) < k:
+            # Fewer than asked: either the scope has fewer, or the index scan gave up
+            # early (a very selective filter). The exact query settles it; OFFSET 0
+            # keeps the planner from using the index for the ORDER BY.
+            rows = yield _Q(
+                "WITH hits AS MATERIALIZED (SELECT rowid, d FROM (SELECT m.rowid, m.embedding "
+                f"<=> %s AS d FROM {self.t('memories')} m WHERE {sql} AND m.embedding IS NOT NULL "
+                f"OFFSET 0) x ORDER BY d, rowid LIMIT %s) {out} ORDER BY h.d, h.rowid",
+                [vec, *params, k],
+            )
+        return list(rows)
+
+    def rows_by_rowid(
+        self, keys: Sequence[int], sql: str, params: list[Any], query: np.ndarray[Any, Any]
+    ) -> Tx[dict[int, tuple[MemoryRow, float]]]:
+        """Rows among ``keys`` that match ``sql``, with their cosine similarity to ``query``."""
+        if not keys:
+            return {}
+        raw = yield _Q(
+            f"SELECT {self.cols}, 1 - (m.embedding <=> %s) FROM {self.t('memories')} m "
+            f"WHERE m.rowid = ANY(%s) AND {sql}",
+            [np.asarray(query, dtype=np.float32), list(keys), *params],
+        )
+        rows = self.rows(raw)
+        return {
+            int(r[0]): (row, float(r[_NCOLS]) if r[_NCOLS] is not None else 0.0)
+            for r, row in zip(raw, rows, strict=True)
+        }
+
+    def vector_search(
+        self, scope: Scope, where: Node | None, query: np.ndarray[Any, Any], k: int
+    ) -> Tx[list[tuple[MemoryRow, float]]]:
+        """The ``k`` live memories of the scope most similar to ``query`` (cosine)."""
+        yield from self.guard_binding(write=False)
+        sql, params = self.where(scope, where)
+        raw = yield from self.nearest(sql, params, query, k, full=True)
+        return [(row, 1.0 - float(r[_NCOLS])) for r, row in zip(raw, self.rows(raw), strict=True)]
+
+    def allowed(
+        self, scope: Scope, where: Node | None, sql: str, params: list[Any]
+    ) -> Tx[np.ndarray[Any, np.dtype[np.int64]] | None]:
+        """Rowids a narrowed keyword search may return; None when the cache's scope is the scope."""
+        if not narrowed(scope, where):
+            return None
+        rows = yield _Q(f"SELECT m.rowid FROM {self.t('memories')} m WHERE {sql}", params)
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+    def candidates(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, Any],
+        terms: Sequence[str],
+        entities: Sequence[str],
+        n: int,
+    ) -> Tx[list[Candidate]]:
+        """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links."""
+        kind, value = scope.items()[0]
+        cache = yield from self.catch_up(kind, value)
+        if cache is None:
+            return []  # nothing bound since the last reset: no vectors anywhere
+        sql, params = self.where(scope, where)
+        allowed = yield from self.allowed(scope, where, sql, params)
+        if allowed is not None and allowed.size == 0:
+            return []
+        sem = yield from self.nearest(sql, params, query, n)
+        pool = Pool(n, allowed, [int(r[0]) for r in sem], cache.bm25, terms)
+        if entities:
+            # Every link of a memory that can end up in the pool: memories of
+            # entities with at most n memories (the pool takes them), and the
+            # vector and keyword hits. An entity linked to thousands of memories
+            # is counted once, not listed whole.
+            owner = "" if scope.user_id is None else " AND e.owner = %s"
+            me = self.t("memory_entities")
+            ents = yield _Q(
+                f"WITH q AS (SELECT e.rowid, e.normalized FROM {self.t('entities')} e "
+                f"WHERE e.normalized = ANY(%s){owner}), "
+                f"d AS (SELECT q.rowid, q.normalized, (SELECT count(*) FROM {me} x "
+                f"JOIN {self.t('memories')} m ON m.rowid = x.memory_rowid "
+                f"WHERE x.entity_rowid = q.rowid AND {sql}) AS degree FROM q), "
+                f"small AS (SELECT l.memory_rowid FROM {me} l JOIN d ON d.rowid = l.entity_rowid "
+                "WHERE d.degree <= %s) "
+                f"SELECT l.memory_rowid, d.normalized, d.degree FROM d JOIN {me} l ON "
+                "l.entity_rowid = d.rowid WHERE d.degree <= %s OR l.memory_rowid = "
+                "ANY(%s) OR l.memory_rowid IN (SELECT memory_rowid FROM small) "
+                'ORDER BY d.normalized COLLATE "C", d.rowid, l.memory_rowid',
+                (
+                    list(entities),
+                    *([scope.owner] if scope.user_id is not None else []),
+                    *params,
+                    n,
+                    n,
+                    pool.found_otherwise,
+                ),
+            )
+            pool.link((int(m), name, int(degree)) for m, name, degree in ents)
+        keys = pool.keys()
+        if keys is None:
+            return []
+        found = yield from self.rows_by_rowid([int(x) for x in keys], sql, params, query)
+        return pool.build(keys, ((key, row, cosine) for key, (row, cosine) in found.items()))
+
+    def check_binding(self, model: str | None, dim: str | None) -> bool:
+        """Whether the store is bound; raises if it is bound to another embedder than ours."""
+        if model is None:
+            return False
+        if self.binding is not None and (model, str(self.binding[1])) != (self.binding[0], dim):
+            raise EmbedderMismatchError(
+                f"PostgreSQL schema {self.schema!r} holds vectors from {model!r} (dim {dim}), "
+                f"but the configured embedder is {self.binding[0]!r} (dim {self.binding[1]}); "
+                "another process reset the store and bound another model"
+            )
+        return True
+
+    def catch_up(self, kind: str, value: str) -> Tx[_Cache | None]:
+        """The keyword cache of one primary scope id, caught up with this snapshot.
+
+        One query: its first row (rowid -1) carries the epoch, the snapshot
+        and the binding; the others are the scope's rows stamped by
+        transactions that had not ended at the cache's last snapshot. None
+        when no embedder is bound (nothing to search).
+        """
+        key = (kind, value)
+        if kind == "user_id":
+            member, params = "m.user_id = %s", [value]
+        else:
+            member = (
+                f"(m.{kind} = %s OR m.rowid IN (SELECT memory_rowid FROM "
+                f"{self.t('memory_scope')} WHERE kind = %s AND value = %s))"
+            )
+            params = [value, kind, value]
+        meta = self.t("meta")
+        head = (
+            f"SELECT -1, NULL, (SELECT value FROM {meta} WHERE key = 'epoch'), "
+            "pg_current_snapshot()::text, "
+            f"(SELECT value FROM {meta} WHERE key = 'embedder_model'), "
+            f"(SELECT value FROM {meta} WHERE key = 'embedder_dim') UNION ALL "
+        )
+        full = False
+        for _ in range(3):
+            with self.caches.lock:
+                known = self.caches.get(key)
+                since = known.snapshot if known is not None and not full else None
+            if since is None:
+                changed_sql, changed = "TRUE", []
+            elif since.xip:
+                changed_sql = "(m.txid >= %s::xid8 OR m.txid = ANY(%s::xid8[]))"
+                changed = [str(since.xmax), [str(x) for x in sorted(since.xip)]]
+            else:
+                changed_sql, changed = "m.txid >= %s::xid8", [str(since.xmax)]
+            rows = yield _Q(
+                f"{head}SELECT m.rowid, m.deleted_at IS NULL, m.terms, NULL, NULL, NULL "
+                f"FROM {self.t('memories')} m WHERE {changed_sql} AND {member} "
+                # Row order is the index's tie order (BM25Index breaks equal scores by
+                # insertion): rowid order, as SQLite's catch-up reads them.
+                "ORDER BY 1",
+                [*changed, *params],
+            )
+            top = next(r for r in rows if r[0] == -1)
+            if not self.check_binding(top[4], top[5]):
+                return None
+            epoch, snap = str(top[2]), _Snapshot.parse(top[3])
+            found = [r for r in rows if r[0] != -1]
+            with self.caches.lock:
+                self.caught_up_rows += len(found)
+                # A newer epoch (purge, reset) drops every cache: what it erased
+                # cannot be read as a change.
+                if epoch != self.caches.see(epoch):
+                    # This snapshot predates a purge another thread has seen: serve
+                    # it from a private cache, filled whole, and keep the shared ones.
+                    if since is None:
+                        return self._apply(_Cache(), found, snap)
+                    full = True
+                    continue
+                cache = self.caches.get(key)
+                if cache is None:
+                    if since is not None:
+                        continue  # dropped meanwhile: read it whole
+                    cache = self.caches.put(key, _Cache())
+                if cache.snapshot is since:
+                    self._apply(cache, found, snap)
+                elif cache.snapshot is None or not cache.snapshot.covers(snap):
+                    continue  # moved meanwhile, not past our snapshot: read from there
+                # (else: another thread caught up from a newer snapshot; it wins)
+                self.caches.touch(key)
+                self.caches.evict()
+                return cache
+        raise ConflictError("the keyword index kept being reset while it was read; search again")
+
+    @staticmethod
+    def _apply(cache: _Cache, rows: Sequence[Sequence[Any]], snap: _Snapshot) -> _Cache:
+        live = [r for r in rows if r[1]]
+        cache.apply(
+            [int(r[0]) for r in rows if not r[1]],
+            [int(r[0]) for r in live],
+            [r[2].split() for r in live],
+        )
+        cache.snapshot = snap
+        return cache

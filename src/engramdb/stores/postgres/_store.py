@@ -1,0 +1,442 @@
+"""The PostgreSQL store's two faces: blocking and asyncio, over the same flows.
+
+:class:`PostgresStore` and :class:`AsyncPostgresStore` hold connections and
+nothing else. Every :class:`~engramdb.stores.base.Store` method that is one
+transaction flow is declared once, in :class:`_Operations`, as an
+:class:`_Op` (the flow and how it runs); both faces inherit the
+declarations, and each runs them with its own ``_run``: blocking calls on a
+psycopg pool, or coroutines on an asyncio pool. mypy checks both faces
+against the ``Store`` and ``AsyncStore`` protocols through ``_Op.__get__``.
+Only the methods that are more than one flow (purge, export's chunked
+snapshot, close) are written per face.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+import psycopg
+from psycopg.types import TypeInfo
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from engramdb.errors import ConflictError, StoreError
+from engramdb.stores.base import Scope
+from engramdb.stores.kernel.erasure import (
+    PLAN_ATTEMPTS,
+    ErasurePlan,
+    check_terms,
+    purge_with,
+    reindexed_terms,
+)
+from engramdb.stores.postgres._driver import (
+    READ,
+    WRITE,
+    Attempts,
+    LostAtCommit,
+    Mode,
+    acommit_status,
+    atransaction,
+    commit_status,
+    transaction,
+    translate,
+)
+from engramdb.stores.postgres._reads import _ReadFlows
+from engramdb.stores.postgres._sql import (
+    _VACUUM_FAILED,
+    DEFAULT_SCHEMA,
+    Tx,
+    _register_vector,
+    log,
+)
+from engramdb.stores.postgres._writes import _WriteFlows
+
+__all__ = ["DEFAULT_SCHEMA", "AsyncPostgresStore", "PostgresStore"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
+
+# psycopg prepares statements it sees repeatedly; a generic plan would pick the
+# HNSW index or a scope's B-tree without knowing the scope's size, so every
+# execution is planned for its own values.
+_SESSION = "SET TIME ZONE 'UTC'; SET plan_cache_mode = force_custom_plan"
+_EXPORT_CHUNK = 500
+
+
+class _Flows(_WriteFlows, _ReadFlows):
+    """Every store operation as a transaction flow, plus the state the flows share.
+
+    Holds no connection: both faces drive these flows and share one instance
+    (and so one set of caches).
+    """
+
+
+class _Op(Generic[P, R]):
+    """A Store method that is one flow: the flow, and whether it writes or reads.
+
+    Read through a :class:`PostgresStore` it is a blocking method, through an
+    :class:`AsyncPostgresStore` a coroutine method, with the flow's
+    parameters (minus ``self``) either way.
+    """
+
+    def __init__(self, flow: Callable[Concatenate[_Flows, P], Tx[R]], mode: Mode) -> None:
+        self.flow = flow
+        self.mode = mode
+        self.__doc__ = flow.__doc__
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> _Op[P, R]: ...
+
+    @overload
+    def __get__(self, obj: PostgresStore, owner: type[Any]) -> Callable[P, R]: ...
+
+    @overload
+    def __get__(
+        self, obj: AsyncPostgresStore, owner: type[Any]
+    ) -> Callable[P, Coroutine[Any, Any, R]]: ...
+
+    def __get__(self, obj: Any, owner: type[Any]) -> Any:
+        if obj is None:
+            return self
+        flow, mode, flows = self.flow, self.mode, obj.flows
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return obj._run(lambda: flow(flows, *args, **kwargs), mode)
+
+        call.__name__ = call.__qualname__ = self.name
+        call.__doc__ = self.__doc__
+        return call
+
+
+class _Operations:
+    """The one-flow Store methods, declared once for both faces."""
+
+    flows: _Flows
+
+    bind_embedder = _Op(_Flows.bind_embedder, "write")
+    bound_embedder = _Op(_Flows.read_binding, "single")
+    add = _Op(_Flows.add, "write")
+    attach_session = _Op(_Flows.attach_session, "write")
+    keep_failed = _Op(_Flows.keep_failed, "write")
+    failure = _Op(_Flows.failure, "read")
+    failures = _Op(_Flows.failures, "single")
+    recent_messages = _Op(_Flows.recent_messages, "single")
+    existing_hashes = _Op(_Flows.existing_hashes, "single")
+    get = _Op(_Flows.get, "single")
+    list_memories = _Op(_Flows.list_memories, "single")
+    vector_search = _Op(_Flows.vector_search, "read")
+    candidates = _Op(_Flows.candidates, "read")
+    update = _Op(_Flows.update, "write")
+    delete = _Op(_Flows.delete, "write")
+    delete_scope = _Op(_Flows.delete_scope, "write")
+    plan_restore = _Op(_Flows.plan_restore, "read")
+    apply_restore = _Op(_Flows.apply_restore, "write")
+    plan_purge = _Op(_Flows.plan_purge, "read")
+    history = _Op(_Flows.history, "single")
+    import_rows = _Op(_Flows.import_rows, "write")
+    visible_ids = _Op(_Flows.visible_ids, "single")
+    count = _Op(_Flows.count, "single")
+    reset = _Op(_Flows.reset, "write")
+
+
+@dataclass(frozen=True)
+class _PoolSettings:
+    url: str
+    min_size: int
+    max_size: int
+    timeout: float
+
+
+class PostgresStore(_Operations):
+    """A :class:`~engramdb.stores.base.Store` on PostgreSQL with pgvector (blocking).
+
+    Args:
+        url: a libpq connection string or ``postgresql://`` URL.
+        schema: the PostgreSQL schema holding this store's tables (created on
+            first open, with the migrations, under an advisory lock).
+        min_size, max_size: connection pool bounds (per process).
+        timeout: seconds to wait for a pooled connection.
+        max_cached_docs: bound on the documents of the per-scope keyword caches.
+        ef_search: HNSW ``ef_search`` floor (raised to ``2 * k`` for larger k).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        max_cached_docs: int = 2_000_000,
+        ef_search: int = 200,
+    ) -> None:
+        """Open the store, creating and migrating its schema if needed."""
+        if not schema or len(schema) > 63:
+            raise StoreError(f"PostgreSQL schema name {schema!r} must be 1 to 63 characters")
+        self.flows = _Flows(schema, max_cached_docs, ef_search)
+        self.settings = _PoolSettings(url, min_size, max_size, timeout)
+        self.schema = schema
+        self._pool: ConnectionPool | None = None
+        self._pool_lock = threading.Lock()
+        self._closed = False
+        self._async: AsyncPostgresStore | None = None
+        self._vector_info: TypeInfo | None = None
+        try:
+            with psycopg.connect(url, autocommit=True) as con:
+                transaction(con, self.flows.migrate(), WRITE, pipeline=False)
+                self._vector_info = TypeInfo.fetch(con, "vector")
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot open the PostgreSQL store ({exc})") from exc
+        if self._vector_info is None:
+            raise StoreError("the pgvector type 'vector' is not visible on the search_path")
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(schema={self.schema!r})"
+
+    def configure(self, con: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+        """Register the vector type on a new connection (both pools call it)."""
+        assert self._vector_info is not None
+        _register_vector(con, self._vector_info)
+
+    def _configure(self, con: psycopg.Connection[Any]) -> None:
+        self.configure(con)
+        con.execute(_SESSION)
+
+    def pool(self) -> ConnectionPool:
+        """The connection pool (opened on first use)."""
+        if self._closed:
+            raise StoreError("this store is closed; open a new Memory")
+        if self._pool is None:
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ConnectionPool(
+                        self.settings.url,
+                        min_size=self.settings.min_size,
+                        max_size=self.settings.max_size,
+                        timeout=self.settings.timeout,
+                        kwargs={"autocommit": True},
+                        configure=self._configure,
+                        name=f"engramdb-{self.schema}",
+                        open=True,
+                    )
+        return self._pool
+
+    def _run(self, make: Callable[[], Tx[T]], mode: Mode) -> T:
+        """Run a flow in a pooled connection, as often as :class:`Attempts` allows."""
+        attempts = Attempts(mode)
+        for attempt in attempts:
+            con: psycopg.Connection[Any] | None = None
+            try:
+                with self.pool().connection() as con:
+                    return transaction(con, make(), attempts.begin)
+            except LostAtCommit as lost:
+                # Never rerun a write that may have committed: ask the server.
+                if attempts.lost(lost, commit_status(self.settings.url, lost.xid), attempt):
+                    return lost.result  # type: ignore[no-any-return]
+            except psycopg.Error as exc:
+                if attempts.failed(exc, con.broken if con else None, attempt) == "rebind":
+                    self._rebind()
+        raise AssertionError("unreachable")
+
+    def _rebind(self) -> None:
+        """After a binding guard failed: bind this process's embedder again, or refuse."""
+        binding = self.flows.binding
+        assert binding is not None
+        self.bind_embedder(*binding)
+
+    def async_store(self) -> AsyncPostgresStore:
+        """The same store with coroutine methods on an asyncio pool (shares the caches)."""
+        if self._async is None:
+            self._async = AsyncPostgresStore(self)
+        return self._async
+
+    def purge(self, *, memory_id: str | None = None, scope: Scope | None = None) -> int:
+        """Erase memories for good, with everything derived from them; returns how many.
+
+        :meth:`plan_purge`, then the re-index terms, then :meth:`apply_purge`
+        (planned again if a write came between).
+        """
+        return purge_with(self, memory_id=memory_id, scope=scope)
+
+    def apply_purge(self, plan: ErasurePlan, terms: dict[int, str]) -> int:
+        """Execute a purge plan in one transaction, then VACUUM what held the text.
+
+        The dead row versions the deletes and re-indexes leave are removed by
+        VACUUM after the commit (it cannot run inside a transaction), unless an
+        older snapshot still open elsewhere in the cluster can see them; the WAL
+        and any backup or replica hold what was written (docs/postgres.md).
+        """
+        check_terms(plan, terms)
+        count = self._run(lambda: self.flows.apply_purge(plan, terms), "write")
+        if plan.touched:
+            try:
+                with self.pool().connection() as con:
+                    for statement in self.flows.vacuum_statements():
+                        con.execute(statement)
+            except psycopg.Error as exc:
+                log.warning(_VACUUM_FAILED, exc)
+        return count
+
+    def export_rows(self) -> Iterator[dict[str, Any]]:
+        """Every memory (deleted ones too) with its vector, sessions, links, history.
+
+        Read in chunks inside one REPEATABLE READ transaction: one snapshot.
+        """
+        with self.pool().connection() as con:
+            con.execute(READ)
+            try:
+                after = 0
+                while True:
+                    after, chunk = transaction(
+                        con, self.flows.export_chunk(after, _EXPORT_CHUNK), None
+                    )
+                    if not chunk:
+                        break
+                    yield from chunk
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    con.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close the pool (the async one is closed by :meth:`AsyncPostgresStore.close`)."""
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        with self.flows.caches.lock:
+            self.flows.caches.clear()
+
+
+class AsyncPostgresStore(_Operations):
+    """The same store with coroutine methods, on an asyncio connection pool.
+
+    Made by :meth:`PostgresStore.async_store`; runs the same transaction flows
+    as the blocking store and shares its keyword caches. The pool opens on the
+    first call, in the running event loop.
+    """
+
+    def __init__(self, sync: PostgresStore) -> None:
+        """Wrap ``sync`` (its flows, caches and settings)."""
+        self.sync = sync
+        self.flows = sync.flows
+        self._pool: AsyncConnectionPool | None = None
+        self._lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def _configure(self, con: psycopg.AsyncConnection[Any]) -> None:
+        self.sync.configure(con)
+        await con.execute(_SESSION)
+
+    async def pool(self) -> AsyncConnectionPool:
+        """The asyncio connection pool (opened on first use)."""
+        if self.sync._closed:
+            raise StoreError("this store is closed; open a new AsyncMemory")
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            # Its connections and tasks live in the loop that opened the pool.
+            raise StoreError(
+                "this AsyncMemory's PostgreSQL pool belongs to another event loop; create "
+                "the AsyncMemory inside the loop that uses it (not across asyncio.run calls)"
+            )
+        if self._pool is None:
+            if self._lock is None:
+                self._lock = asyncio.Lock()
+            async with self._lock:
+                if self._pool is None:
+                    settings = self.sync.settings
+                    pool = AsyncConnectionPool(
+                        settings.url,
+                        min_size=settings.min_size,
+                        max_size=settings.max_size,
+                        timeout=settings.timeout,
+                        kwargs={"autocommit": True},
+                        configure=self._configure,
+                        name=f"engramdb-async-{self.sync.schema}",
+                        open=False,
+                    )
+                    await pool.open()
+                    self._pool = pool
+        return self._pool
+
+    async def _run(self, make: Callable[[], Tx[T]], mode: Mode) -> T:
+        """See :meth:`PostgresStore._run`."""
+        attempts = Attempts(mode)
+        for attempt in attempts:
+            con: psycopg.AsyncConnection[Any] | None = None
+            try:
+                async with (await self.pool()).connection() as con:
+                    return await atransaction(con, make(), attempts.begin)
+            except LostAtCommit as lost:
+                status = await acommit_status(self.sync.settings.url, lost.xid)
+                if attempts.lost(lost, status, attempt):
+                    return lost.result  # type: ignore[no-any-return]
+            except psycopg.Error as exc:
+                if attempts.failed(exc, con.broken if con else None, attempt) == "rebind":
+                    binding = self.flows.binding
+                    assert binding is not None
+                    await self.bind_embedder(*binding)
+        raise AssertionError("unreachable")
+
+    async def purge(self, *, memory_id: str | None = None, scope: Scope | None = None) -> int:
+        """See :meth:`PostgresStore.purge`."""
+        for attempt in range(PLAN_ATTEMPTS):
+            plan = await self.plan_purge(memory_id=memory_id, scope=scope)
+            try:
+                return await self.apply_purge(plan, reindexed_terms(plan))
+            except ConflictError:
+                if attempt == PLAN_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def apply_purge(self, plan: ErasurePlan, terms: dict[int, str]) -> int:
+        """See :meth:`PostgresStore.apply_purge`."""
+        check_terms(plan, terms)
+        count = await self._run(lambda: self.flows.apply_purge(plan, terms), "write")
+        if plan.touched:
+            try:
+                async with (await self.pool()).connection() as con:
+                    for statement in self.flows.vacuum_statements():
+                        await con.execute(statement)
+            except psycopg.Error as exc:
+                log.warning(_VACUUM_FAILED, exc)
+        return count
+
+    async def export_rows(self) -> AsyncIterator[dict[str, Any]]:
+        """See :meth:`PostgresStore.export_rows`."""
+        async with (await self.pool()).connection() as con:
+            await con.execute(READ)
+            try:
+                after = 0
+                while True:
+                    after, chunk = await atransaction(
+                        con, self.flows.export_chunk(after, _EXPORT_CHUNK), None
+                    )
+                    if not chunk:
+                        break
+                    for item in chunk:
+                        yield item
+            except psycopg.Error as exc:
+                raise translate(exc) from exc
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    await con.execute("COMMIT")
+
+    async def close(self) -> None:
+        """Close the asyncio pool and the blocking store."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+        self.sync.close()

@@ -1,0 +1,38 @@
+"""The embedded store: one SQLite file in WAL mode.
+
+Concurrency model: every thread gets its own connection; every write opens
+with ``BEGIN IMMEDIATE`` so the write lock is taken up front and waits out
+other writers through ``busy_timeout`` (a deferred transaction that later
+upgrades its lock fails with "database is locked" instead of waiting).
+Several processes may share the file the same way.
+
+Vectors live in the file (float32 BLOBs) and are searched through in-memory
+:class:`~engramdb.core.vectors.VectorIndex` caches, one per primary scope id.
+A store-wide change counter (``meta.seq``, bumped by every write and copied
+into each changed row) lets a cache catch up with writes from any process by
+reading only the rows changed since it last looked; a purge or reset bumps
+``meta.epoch`` and drops every cache.
+
+The store is one class assembled from its parts: ``_base`` (connections,
+transactions, schema, binding, rows), ``_writes``, ``_erasure`` and
+``_reads`` (with the search and its caches); the logic both backends share
+lives in :mod:`engramdb.stores.kernel`.
+"""
+
+from __future__ import annotations
+
+from engramdb.stores.sqlite._erasure import _Erasure
+from engramdb.stores.sqlite._reads import _Reads
+from engramdb.stores.sqlite._writes import _Writes
+
+__all__ = ["SQLiteStore"]
+
+
+class SQLiteStore(_Writes, _Erasure, _Reads):
+    """A :class:`~engramdb.stores.base.Store` on one SQLite file.
+
+    Args:
+        path: the database file (created, with its folder, if missing).
+        busy_timeout_s: how long a writer waits for another's lock.
+        max_cached_vectors: bound on the vectors of the per-scope caches.
+    """

@@ -1,0 +1,471 @@
+"""Connections, transactions, the schema, the binding and row hydration of the SQLite store."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engramdb._time import utc_now
+from engramdb.core.filters import Node, compile_sqlite
+from engramdb.core.vectors import VectorIndex
+from engramdb.errors import (
+    EmbedderMismatchError,
+    MemoryNotFoundError,
+    SchemaVersionError,
+    StoreError,
+)
+from engramdb.stores.base import (
+    HistoryEvent,
+    MemoryRow,
+    Scope,
+)
+from engramdb.stores.kernel.caches import ScopeCache, ScopeCaches
+from engramdb.stores.kernel.rows import (
+    HISTORY_COLUMNS,
+    ISO_TEXT,
+    chunks,
+    history_event,
+    memory_columns,
+    memory_row,
+)
+from engramdb.stores.kernel.sql import SQLITE, live_clause, row_scope_clause
+from engramdb.stores.sqlite.schema import LATEST, MIGRATIONS
+
+log = logging.getLogger("engramdb.store")
+
+F32 = np.dtype("<f4")
+
+_COLS = memory_columns("m")
+
+
+def _vec_blob(vec: np.ndarray[Any, Any]) -> bytes:
+    return np.ascontiguousarray(vec, dtype=F32).tobytes()
+
+
+def _live_clause(now: str) -> tuple[str, list[Any]]:
+    return live_clause(SQLITE), [now]
+
+
+def _scope_clause(scope: Scope) -> tuple[str, list[Any]]:
+    """SQL over alias ``m`` matching every id of ``scope`` (attached sessions count).
+
+    Written so SQLite's planner drives from the narrowest id: a run or agent
+    id becomes a rowid set (its own rows plus attached sessions), and with
+    more than one id the user condition is kept off its index (unary ``+``),
+    which would otherwise make SQLite read every memory of the user.
+    """
+    parts: list[str] = []
+    params: list[Any] = []
+    several = len(scope.items()) > 1
+    for kind, value in scope.items():
+        if kind == "user_id":
+            parts.append("+m.user_id = ?" if several else "m.user_id = ?")
+            params.append(value)
+        else:
+            parts.append(
+                f"m.rowid IN (SELECT rowid FROM memories WHERE {kind} = ? UNION ALL "
+                "SELECT memory_rowid FROM memory_scope WHERE kind = ? AND value = ?)"
+            )
+            params.extend([value, kind, value])
+    return " AND ".join(parts) or "1", params
+
+
+def _sees_clause(scope: Scope) -> tuple[str, list[Any]]:
+    """SQL over alias ``m``: whether ``scope`` sees the row, checked row by row.
+
+    For the few rows another index found (dedup looks rows up by hash):
+    correlated lookups instead of :func:`_scope_clause`'s rowid sets, which
+    would list every memory of an agent or run on each call. The index
+    ``(hash, user_id)`` finds the rows; unary ``+`` keeps the planner off the
+    agent and run indexes.
+    """
+    return row_scope_clause(scope, SQLITE, "memory_scope")
+
+
+class _Cache(ScopeCache):
+    """The vector and keyword indexes of one primary scope id, and how current they are.
+
+    ``seq`` is the ``meta.seq`` it has caught up to within ``epoch``; ``lock``
+    serialises its catch-ups (the indexes have their own locks for searches).
+    """
+
+    __slots__ = ("epoch", "index", "lock", "seq")
+
+    def __init__(self, dim: int, epoch: str) -> None:
+        super().__init__()
+        self.index = VectorIndex(dim)
+        self.seq = 0
+        self.epoch = epoch
+        self.lock = threading.Lock()
+
+    def size(self) -> int:
+        return len(self.index)
+
+    def apply(
+        self,
+        dead: Sequence[int],
+        live: Sequence[int],
+        terms: Sequence[list[str]],
+        vectors: np.ndarray[Any, Any] | None = None,
+    ) -> None:
+        """Apply a catch-up to both indexes; ``vectors`` holds the ``live`` rows' vectors."""
+        if live and vectors is None:
+            raise ValueError("the vector cache needs the vectors of the live rows")
+        if dead:
+            self.index.remove(np.array(dead, dtype=np.int64))
+        super().apply(dead, live, terms)
+        if live and vectors is not None:
+            self.index.add(np.array(live, dtype=np.int64), vectors)
+
+
+# What a search reads first: the change counter, the epoch and the binding.
+_META = (
+    "SELECT key, value FROM meta WHERE key IN ('seq', 'epoch', 'embedder_model', 'embedder_dim')"
+)
+
+
+class _Store:
+    """Connections, transactions, the schema and the embedder binding; what every part uses."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        busy_timeout_s: float = 30.0,
+        max_cached_vectors: int = 2_000_000,
+    ) -> None:
+        """Open (creating and migrating if needed) the database at ``path``."""
+        self.path = Path(path).expanduser()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the folder for {self.path}: {exc}") from exc
+        self._busy_ms = int(busy_timeout_s * 1000)
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._closed = False
+        # The embedder this process bound (bind_embedder), checked again by every
+        # vector write and search; None until then.
+        self._binding: tuple[str, int] | None = None
+        # Its lock guards the table of caches and the epoch only, never I/O: a
+        # scope's catch-up reads under that scope's own lock (_Cache.lock).
+        self._table: ScopeCaches[_Cache] = ScopeCaches(
+            max_cached_vectors, epoch="0", lock=threading.Lock()
+        )
+        self._caches = self._table.entries  # read by bench/perf.py
+        self._migrate()
+
+    # -- connections and transactions -------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError("this store is closed; open a new Memory")
+        con: sqlite3.Connection | None = getattr(self._local, "con", None)
+        if con is None:
+            con = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=0
+            )
+            con.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            # WAL: readers never block the writer; NORMAL sync is still atomic and
+            # consistent after a process crash (only an OS crash can lose the tail).
+            with self._translate():
+                self._retry_locked(lambda: con.execute("PRAGMA journal_mode = WAL"))
+            con.execute("PRAGMA synchronous = NORMAL")
+            con.execute("PRAGMA foreign_keys = ON")
+            # Overwrite deleted content with zeros, so purged text leaves no trace in
+            # free pages.
+            con.execute("PRAGMA secure_delete = ON")
+            self._local.con = con
+            with self._conns_lock:
+                self._conns.append(con)
+        return con
+
+    @staticmethod
+    def _retry_locked(fn: Any) -> Any:
+        # Switching to WAL needs an exclusive lock that busy_timeout does not cover
+        # when several processes open a new file at once.
+        for attempt in range(200):
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 199:
+                    raise
+                time.sleep(0.05)
+        return None
+
+    @contextlib.contextmanager
+    def _translate(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: everything inside commits together or not at all."""
+        con = self._conn()
+        with self._translate():
+            con.execute("BEGIN IMMEDIATE")
+        try:
+            yield con
+            with self._translate():
+                con.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("ROLLBACK")
+            raise
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction, so multi-statement reads see one snapshot."""
+        con = self._conn()
+        with self._translate():
+            con.execute("BEGIN")
+        try:
+            with self._translate():
+                yield con
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("COMMIT")
+
+    @staticmethod
+    def _bump(con: sqlite3.Connection) -> int:
+        row = con.execute(
+            "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'seq' RETURNING value"
+        ).fetchone()
+        return int(row[0])
+
+    def _migrate(self) -> None:
+        with self._write() as con, self._translate():
+            version = con.execute("PRAGMA user_version").fetchone()[0]
+            if version > LATEST:
+                raise SchemaVersionError(
+                    f"{self.path} has schema version {version}, newer than this engramdb "
+                    f"understands ({LATEST}); upgrade engramdb to open it"
+                )
+            for step in range(version, LATEST):
+                log.info("migrating %s to schema version %d", self.path, step + 1)
+                for statement in _split_sql(MIGRATIONS[step]):
+                    con.execute(statement)
+                con.execute(f"PRAGMA user_version = {step + 1}")
+
+    # -- embedder binding ----------------------------------------------------------------
+
+    def bind_embedder(self, model: str, dim: int) -> None:
+        """Record the embedder on first use; refuse a different one afterwards.
+
+        The binding is remembered for the life of this store object: every
+        later write of vectors and every search checks the file's binding
+        again (another process may have reset the file and bound another
+        model since), so vectors of two models never meet.
+        """
+        with self._write() as con, self._translate():
+            self._ensure_binding(con, (model, dim))
+        self._binding = (model, dim)
+
+    def _ensure_binding(self, con: sqlite3.Connection, mine: tuple[str, int]) -> None:
+        """Inside a write transaction: bind ``mine`` if nothing is bound, else it must match."""
+        rows = dict(
+            con.execute(
+                "SELECT key, value FROM meta WHERE key IN ('embedder_model', 'embedder_dim')"
+            ).fetchall()
+        )
+        if not rows:
+            con.execute(
+                "INSERT INTO meta(key, value) VALUES ('embedder_model', ?), ('embedder_dim', ?)",
+                (mine[0], str(mine[1])),
+            )
+        else:
+            self._refuse_other((rows.get("embedder_model"), rows.get("embedder_dim")), mine)
+
+    def _refuse_other(self, bound: tuple[str | None, str | None], mine: tuple[str, int]) -> None:
+        if bound != (mine[0], str(mine[1])):
+            raise EmbedderMismatchError(
+                f"{self.path} holds vectors from {bound[0]!r} (dim {bound[1]}), but the "
+                f"configured embedder is {mine[0]!r} (dim {mine[1]}); configure the same "
+                "embedder, or export and re-import into a new file to re-embed (another "
+                "process may have reset the store and bound another model)"
+            )
+
+    def _guard_binding(self, con: sqlite3.Connection) -> None:
+        """Inside a write that stores vectors: the file is still bound to our embedder.
+
+        Checked under the write lock, so no reset and re-bind by another
+        process can slip in between the check and the vectors (microseconds:
+        two rows of ``meta`` by primary key). After a reset elsewhere the first
+        writer binds its model again.
+        """
+        if self._binding is not None:
+            self._ensure_binding(con, self._binding)
+
+    def bound_embedder(self) -> tuple[str, int] | None:
+        """The ``(model, dim)`` recorded in the file, if any."""
+        with self._read() as con:
+            rows = dict(
+                con.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('embedder_model', 'embedder_dim')"
+                ).fetchall()
+            )
+        if "embedder_model" not in rows:
+            return None
+        return rows["embedder_model"], int(rows["embedder_dim"])
+
+    # -- writes ------------------------------------------------------------------------
+
+    @staticmethod
+    def _insert_history(con: sqlite3.Connection, event: HistoryEvent) -> None:
+        cur = con.execute(
+            "INSERT INTO history(memory_id, event, version, old_memory, new_memory, "
+            "old_metadata, new_metadata, actor, reason, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                event.memory_id,
+                event.event,
+                event.version,
+                event.old_memory,
+                event.new_memory,
+                None if event.old_metadata is None else json.dumps(event.old_metadata),
+                None if event.new_metadata is None else json.dumps(event.new_metadata),
+                event.actor,
+                event.reason,
+                event.created_at,
+            ),
+        )
+        event.id = cur.lastrowid
+
+    def _live_row(self, con: sqlite3.Connection, memory_id: str) -> MemoryRow:
+        row = con.execute(
+            f"SELECT {_COLS} FROM memories m WHERE m.id = ? AND m.deleted_at IS NULL",
+            (memory_id,),
+        ).fetchone()
+        if row is None:
+            raise MemoryNotFoundError(memory_id)
+        return self._hydrate(con, [row])[0]
+
+    # -- reads -------------------------------------------------------------------------
+
+    def get(self, memory_id: str, *, include_deleted: bool = False) -> MemoryRow | None:
+        """One memory by public id, or ``None``."""
+        extra = "" if include_deleted else " AND m.deleted_at IS NULL"
+        with self._read() as con:
+            row = con.execute(
+                f"SELECT {_COLS} FROM memories m WHERE m.id = ?{extra}", (memory_id,)
+            ).fetchone()
+            return None if row is None else self._hydrate(con, [row])[0]
+
+    def history(self, memory_id: str) -> list[HistoryEvent]:
+        """Every event of a memory, oldest first."""
+        with self._read() as con:
+            return self._history(con, memory_id)
+
+    def _scrub(self) -> None:
+        """Leave no copy of erased text in FTS segments or the write-ahead log."""
+        con = self._conn()
+        with self._write() as wcon, self._translate():
+            wcon.execute("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
+        with self._translate():
+            for _ in range(100):
+                busy, _log, _done = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy:
+                    return
+                time.sleep(0.05)
+        log.warning(
+            "could not truncate the WAL of %s (other connections kept reading); the erased "
+            "text may stay in it until the next checkpoint",
+            self.path,
+        )
+
+    def _hydrate(self, con: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> list[MemoryRow]:
+        """Turn raw ``_COLS`` rows into MemoryRows with sessions and links filled in."""
+        out: list[MemoryRow] = []
+        by_rowid: dict[int, MemoryRow] = {}
+        for r in rows:
+            row = memory_row(r, ISO_TEXT)
+            out.append(row)
+            by_rowid[r[0]] = row
+        for chunk in _chunks(list(by_rowid), 500):
+            marks = ",".join("?" * len(chunk))
+            for rowid, kind, value in con.execute(
+                f"SELECT memory_rowid, kind, value FROM memory_scope WHERE memory_rowid IN "
+                f"({marks}) ORDER BY created_at, value",
+                chunk,
+            ):
+                target = by_rowid[rowid]
+                (target.run_ids if kind == "run_id" else target.agent_ids).append(value)
+            for rowid, linked in con.execute(
+                f"SELECT l.from_rowid, m.id FROM memory_links l JOIN memories m "
+                f"ON m.rowid = l.to_rowid WHERE l.from_rowid IN ({marks}) "
+                "UNION SELECT l.to_rowid, m.id FROM memory_links l JOIN memories m "
+                f"ON m.rowid = l.from_rowid WHERE l.to_rowid IN ({marks}) ORDER BY 2",
+                [*chunk, *chunk],
+            ):
+                by_rowid[rowid].linked_ids.append(linked)
+        return out
+
+    def _where(self, scope: Scope, where: Node | None) -> tuple[str, list[Any]]:
+        live, params = _live_clause(utc_now())
+        clause, scope_params = _scope_clause(scope)
+        sql = f"{live} AND {clause}"
+        params += scope_params
+        if where is not None:
+            fsql, fparams = compile_sqlite(where)
+            sql += f" AND ({fsql})"
+            params += fparams
+        return sql, params
+
+    @staticmethod
+    def _history(con: sqlite3.Connection, memory_id: str) -> list[HistoryEvent]:
+        rows = con.execute(
+            f"SELECT {HISTORY_COLUMNS} FROM history WHERE memory_id = ? ORDER BY rowid",
+            (memory_id,),
+        ).fetchall()
+        return [history_event(r, ISO_TEXT) for r in rows]
+
+    # -- vector search -------------------------------------------------------------------
+
+    def _bound_in(self, meta: dict[str, str]) -> tuple[str, int] | None:
+        """The binding in a ``meta`` read; refuses one other than this process's."""
+        if "embedder_model" not in meta:
+            return None
+        if self._binding is not None:
+            self._refuse_other((meta["embedder_model"], meta.get("embedder_dim")), self._binding)
+        return meta["embedder_model"], int(meta["embedder_dim"])
+
+    def close(self) -> None:
+        """Close every connection this store opened (from any thread)."""
+        self._closed = True
+        with self._conns_lock:
+            for con in self._conns:
+                with contextlib.suppress(sqlite3.Error):
+                    con.close()
+            self._conns.clear()
+        with self._table.lock:
+            self._table.clear()
+
+
+_chunks = chunks
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration script into statements (no semicolons inside literals)."""
+    statements: list[str] = []
+    buf: list[str] = []
+    for line in script.splitlines():
+        stripped = line.split("--", 1)[0]
+        buf.append(stripped)
+        if stripped.rstrip().endswith(";"):
+            statement = "\n".join(buf).strip()
+            if statement.strip(";").strip():
+                statements.append(statement)
+            buf = []
+    return statements

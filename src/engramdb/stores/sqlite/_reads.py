@@ -1,0 +1,380 @@
+"""The reads and the search of the SQLite store, with its in-process caches."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from engramdb.core.filters import Node
+from engramdb.stores.base import (
+    Candidate,
+    MemoryRow,
+    NewMessage,
+    Scope,
+)
+from engramdb.stores.kernel.candidates import Pool, adds_candidates, narrowed
+from engramdb.stores.sqlite._base import (
+    _COLS,
+    _META,
+    F32,
+    _Cache,
+    _chunks,
+    _sees_clause,
+    _Store,
+)
+
+
+class _Reads(_Store):
+    """Reads, search, and the catch-up of the per-scope caches."""
+
+    def failure(self, failure_id: int) -> tuple[Scope, list[tuple[int, NewMessage]], bool] | None:
+        """A recorded extraction failure: its scope, its messages, and whether resolved."""
+        with self._read() as con:
+            row = con.execute(
+                "SELECT user_id, agent_id, run_id, resolved_at FROM extraction_failures "
+                "WHERE rowid = ?",
+                (failure_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            msgs = con.execute(
+                "SELECT m.rowid, m.role, m.content, m.name, m.observed_at FROM messages m "
+                "JOIN failure_messages f ON f.message_rowid = m.rowid "
+                "WHERE f.failure_rowid = ? ORDER BY m.rowid",
+                (failure_id,),
+            ).fetchall()
+        return (
+            Scope(row[0], row[1], row[2]),
+            [(r[0], NewMessage(r[1], r[2], r[3], r[4])) for r in msgs],
+            row[3] is not None,
+        )
+
+    def failures(self, scope: Scope, *, include_resolved: bool = False) -> list[dict[str, Any]]:
+        """Recorded extraction failures of a scope, newest first."""
+        clause = " AND ".join(f"{k} = ?" for k, _ in scope.items())
+        resolved = "" if include_resolved else " AND resolved_at IS NULL"
+        with self._read() as con:
+            rows = con.execute(
+                "SELECT rowid, error, created_at, resolved_at, (SELECT count(*) FROM "
+                "failure_messages f WHERE f.failure_rowid = e.rowid) FROM extraction_failures e "
+                f"WHERE {clause}{resolved} ORDER BY rowid DESC",
+                [v for _, v in scope.items()],
+            ).fetchall()
+        return [
+            {"id": r[0], "error": r[1], "created_at": r[2], "resolved_at": r[3], "messages": r[4]}
+            for r in rows
+        ]
+
+    def recent_messages(self, scope: Scope, limit: int) -> list[NewMessage]:
+        """The last ``limit`` raw messages of a scope, oldest first."""
+        clause = " AND ".join(f"{k} = ?" for k, _ in scope.items())
+        with self._read() as con:
+            rows = con.execute(
+                f"SELECT role, content, name, observed_at, rowid FROM messages WHERE {clause} "
+                "ORDER BY rowid DESC LIMIT ?",
+                [*(v for _, v in scope.items()), limit],
+            ).fetchall()
+        return [NewMessage(r[0], r[1], r[2], r[3], rowid=r[4]) for r in reversed(rows)]
+
+    def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> set[str]:
+        """Which of ``hashes`` a live memory that ``visible`` sees already has."""
+        found: set[str] = set()
+        clause, params = _sees_clause(visible)
+        with self._read() as con:
+            for chunk in _chunks(list(hashes), 400):
+                found.update(
+                    r[0]
+                    for r in con.execute(
+                        "SELECT DISTINCT m.hash FROM memories m WHERE m.deleted_at IS NULL "
+                        f"AND m.hash IN ({','.join('?' * len(chunk))}) AND {clause}",
+                        [*chunk, *params],
+                    )
+                )
+        return found
+
+    def list_memories(
+        self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
+    ) -> list[MemoryRow]:
+        """Live memories of a scope, newest first (ties by insertion order)."""
+        sql, params = self._where(scope, where)
+        with self._read() as con:
+            rows = con.execute(
+                f"SELECT {_COLS} FROM memories m WHERE {sql} "
+                "ORDER BY m.created_at DESC, m.rowid DESC LIMIT ? OFFSET ?",
+                [*params, limit, offset],
+            ).fetchall()
+            return self._hydrate(con, rows)
+
+    def visible_ids(self, scope: Scope, memory_ids: Sequence[str]) -> set[str]:
+        """Which of ``memory_ids`` are memories ``scope`` sees (deleted ones included)."""
+        found: set[str] = set()
+        clause, params = _sees_clause(scope)
+        with self._read() as con:
+            for chunk in _chunks(list(dict.fromkeys(memory_ids)), 400):
+                found.update(
+                    r[0]
+                    for r in con.execute(
+                        f"SELECT m.id FROM memories m WHERE m.id IN "
+                        f"({','.join('?' * len(chunk))}) AND {clause}",
+                        [*chunk, *params],
+                    )
+                )
+        return found
+
+    def count(self) -> int:
+        """Number of memory rows (deleted ones included)."""
+        with self._read() as con:
+            return int(con.execute("SELECT count(*) FROM memories").fetchone()[0])
+
+    def export_rows(self) -> Iterator[dict[str, Any]]:
+        """Every memory (deleted ones too) with its vector, sessions, links, history."""
+        with self._read() as con:
+            raw = con.execute(f"SELECT {_COLS} FROM memories m ORDER BY m.rowid").fetchall()
+            for chunk in _chunks(raw, 500):
+                rows = self._hydrate(con, chunk)
+                vecs = dict(
+                    con.execute(
+                        "SELECT m.id, v.embedding FROM memory_vectors v JOIN memories m ON "
+                        f"m.rowid = v.memory_rowid WHERE v.memory_rowid IN "
+                        f"({','.join('?' * len(chunk))})",
+                        [r[0] for r in chunk],
+                    ).fetchall()
+                )
+                terms = dict(
+                    con.execute(
+                        f"SELECT rowid, terms FROM memory_fts WHERE rowid IN "
+                        f"({','.join('?' * len(chunk))})",
+                        [r[0] for r in chunk],
+                    ).fetchall()
+                )
+                for raw_row, row in zip(chunk, rows, strict=True):
+                    yield {
+                        "row": row,
+                        "embedding": np.frombuffer(vecs[row.id], dtype=F32),
+                        "terms": terms.get(raw_row[0], ""),
+                        "history": self._history(con, row.id),
+                    }
+
+    def _scope_cache(self, scope: Scope) -> _Cache | None:
+        """The caught-up cache for the scope's primary id; None before any vector exists."""
+        kind, value = scope.items()[0]
+        return self._refresh(kind, value)
+
+    def _allowed(
+        self, con: sqlite3.Connection, scope: Scope, where: Node | None, sql: str, params: list[Any]
+    ) -> np.ndarray[Any, np.dtype[np.int64]] | None:
+        """Rowids a narrowed search may return; None when the cache's scope is the scope."""
+        if not narrowed(scope, where):
+            return None
+        return np.fromiter(
+            (r[0] for r in con.execute(f"SELECT m.rowid FROM memories m WHERE {sql}", params)),
+            dtype=np.int64,
+        )
+
+    def vector_search(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        k: int,
+    ) -> list[tuple[MemoryRow, float]]:
+        """The ``k`` live memories of the scope most similar to ``query`` (cosine)."""
+        cache = self._scope_cache(scope)
+        if cache is None:
+            return []
+        sql, params = self._where(scope, where)
+        with self._read() as con:
+            allowed = self._allowed(con, scope, where, sql, params)
+            if allowed is not None and allowed.size == 0:
+                return []
+            want = k
+            while True:
+                keys, scores = cache.index.search(query, want, allowed=allowed)
+                if keys.size == 0:
+                    return []
+                found = self._rows_by_rowid(con, keys, sql, params)
+                hits = [
+                    (found[int(key)], float(score))
+                    for key, score in zip(keys, scores, strict=True)
+                    if int(key) in found
+                ]
+                # Rows expired or deleted since the cache last caught up are dropped by
+                # the SQL above; ask for more until k survive or the scope runs out.
+                if len(hits) >= k or keys.size < want:
+                    return hits[:k]
+                want *= 2
+
+    def candidates(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        terms: Sequence[str],
+        entities: Sequence[str],
+        n: int,
+    ) -> list[Candidate]:
+        """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links.
+
+        Only live memories in scope; the memories linked to the query's
+        (normalised) entities are included.
+
+        Memories of an entity linked to more than ``n`` memories are not added
+        as candidates (such an entity says little about any one of them); they
+        still count for candidates found otherwise.
+        """
+        cache = self._scope_cache(scope)
+        if cache is None:
+            return []
+        sql, params = self._where(scope, where)
+        with self._read() as con:
+            allowed = self._allowed(con, scope, where, sql, params)
+            if allowed is not None and allowed.size == 0:
+                return []
+            sem_keys, _ = cache.index.search(query, n, allowed=allowed)
+            pool = Pool(n, allowed, sem_keys.tolist(), cache.bm25, terms)
+            if entities:
+                marks = ",".join("?" * len(entities))
+                # A user's memories only link to that user's entities (the owner key).
+                owner_sql, owner_params = (
+                    (" AND e.owner = ?", [scope.owner]) if scope.user_id is not None else ("", [])
+                )
+                ents = con.execute(
+                    "SELECT e.rowid, e.normalized, (SELECT count(*) FROM memory_entities x "
+                    "JOIN memories m ON m.rowid = x.memory_rowid "
+                    f"WHERE x.entity_rowid = e.rowid AND {sql}) FROM entities e "
+                    f"WHERE e.normalized IN ({marks}){owner_sql}",
+                    [*params, *entities, *owner_params],
+                ).fetchall()
+                links: list[tuple[int, str, int]] = []
+                for erow, name, degree in ents:
+                    if adds_candidates(degree, n):
+                        found_links = con.execute(
+                            "SELECT memory_rowid FROM memory_entities WHERE entity_rowid = ?",
+                            (erow,),
+                        ).fetchall()
+                    else:
+                        # Too common to add candidates: only mark those found otherwise.
+                        found_links = []
+                        for chunk in _chunks(pool.found_otherwise, 500):
+                            found_links += con.execute(
+                                "SELECT memory_rowid FROM memory_entities WHERE entity_rowid = ? "
+                                f"AND memory_rowid IN ({','.join('?' * len(chunk))})",
+                                (erow, *chunk),
+                            ).fetchall()
+                    links += [(mrow, name, degree) for (mrow,) in found_links]
+                pool.link(links)
+            keys = pool.keys()
+            if keys is None:
+                return []
+            # Entity links may point outside the scope: the SQL of _rows_by_rowid
+            # (scope, filters, liveness) decides what survives. Vectors are in this
+            # process: the cosine of every candidate comes from the index.
+            cos_keys, cos = cache.index.search(query, keys.size, allowed=keys)
+            found = self._rows_by_rowid(con, keys, sql, params)
+        cosine = dict(zip(cos_keys.tolist(), cos.tolist(), strict=True))
+        return pool.build(keys, ((key, row, cosine.get(key, 0.0)) for key, row in found.items()))
+
+    def _rows_by_rowid(
+        self,
+        con: sqlite3.Connection,
+        keys: np.ndarray[Any, np.dtype[np.int64]],
+        sql: str,
+        params: list[Any],
+    ) -> dict[int, MemoryRow]:
+        found: dict[int, MemoryRow] = {}
+        for chunk in _chunks([int(x) for x in keys], 500):
+            # NOT INDEXED: look the rows up by rowid; without statistics SQLite
+            # would otherwise scan the scope's index for the other conditions.
+            raw = con.execute(
+                f"SELECT {_COLS} FROM memories m NOT INDEXED WHERE m.rowid IN "
+                f"({','.join('?' * len(chunk))}) AND {sql}",
+                [*chunk, *params],
+            ).fetchall()
+            for r, row in zip(raw, self._hydrate(con, raw), strict=True):
+                found[int(r[0])] = row
+        return found
+
+    def _refresh(self, kind: str, value: str) -> _Cache | None:
+        """The cache for one primary scope id, caught up with every committed write.
+
+        The common case costs one read of ``meta`` and no lock held across
+        I/O: the cache is current. Otherwise the scope's own lock serialises
+        its catch-up, so a cold or slow scope never holds up searches of
+        other scopes (the store-wide lock only guards the dict).
+        """
+        con = self._conn()
+        with self._translate():
+            meta = dict(con.execute(_META).fetchall())
+        bound = self._bound_in(meta)
+        if bound is None:
+            return None  # nothing bound since the last reset: no vectors anywhere
+        epoch, seq = meta["epoch"], int(meta["seq"])
+        key = (kind, value)
+        table = self._table
+        with table.lock:
+            newest = table.see(epoch)
+            cache = table.get(key)
+            if cache is None or cache.epoch != epoch or cache.index.dim != bound[1]:
+                cache = _Cache(bound[1], epoch)
+                if epoch == newest:
+                    table.put(key, cache)
+            else:
+                table.touch(key)
+            if cache.seq >= seq:
+                return cache
+        with cache.lock:
+            current = self._catch_up(cache, kind, value)
+        with table.lock:
+            if current is not cache and current.epoch == table.see(current.epoch):
+                table.put(key, current)
+            table.evict()
+        return current
+
+    def _catch_up(self, cache: _Cache, kind: str, value: str) -> _Cache:
+        """Under ``cache.lock``: apply the rows changed since ``cache.seq``; returns the cache.
+
+        ``meta`` and the rows are read in one snapshot, so the cache ends
+        exactly at a committed state. If that snapshot is of another epoch (a
+        purge or reset since the caller looked) or another binding, a new
+        cache is filled from scratch instead and returned.
+        """
+        if kind == "user_id":
+            member = "m.user_id = ?"
+            params: list[Any] = [value]
+        else:
+            member = (
+                f"(m.{kind} = ? OR m.rowid IN (SELECT memory_rowid FROM memory_scope "
+                "WHERE kind = ? AND value = ?))"
+            )
+            params = [value, kind, value]
+        rows: list[Any] = []
+        with self._read() as con:
+            meta = dict(con.execute(_META).fetchall())
+            bound = self._bound_in(meta)
+            # Unbound (reset, nothing written since): no vectors to read either.
+            dim = cache.index.dim if bound is None else bound[1]
+            if meta["epoch"] != cache.epoch or dim != cache.index.dim:
+                cache = _Cache(dim, meta["epoch"])
+            seq = int(meta["seq"])
+            if cache.seq < seq:
+                rows = con.execute(
+                    "SELECT m.rowid, m.deleted_at IS NULL, v.embedding, f.terms FROM memories m "
+                    "JOIN memory_vectors v ON v.memory_rowid = m.rowid "
+                    "LEFT JOIN memory_fts f ON f.rowid = m.rowid "
+                    f"WHERE m.seq > ? AND m.seq <= ? AND {member}",
+                    [cache.seq, seq, *params],
+                ).fetchall()
+        live = [r for r in rows if r[1]]
+        cache.apply(
+            [r[0] for r in rows if not r[1]],
+            [r[0] for r in live],
+            [(r[3] or "").split() for r in live],
+            np.frombuffer(b"".join(r[2] for r in live), dtype=F32).reshape(len(live), -1)
+            if live
+            else None,
+        )
+        cache.seq = max(cache.seq, seq)
+        return cache
