@@ -72,7 +72,7 @@ def test_round_trip_add_search_update_delete_restore_export_import(tmp_path: Pat
     top = hits["results"][0]
     assert top["id"] == allergy_id
     assert 0.0 <= top["score"] <= 1.0
-    assert "explain" in top
+    assert "score_details" in top
     assert run_json(db, "search", "food", "-u", "alice", "--threshold", "1")["results"] == []
 
     updated = run_json(db, "update", allergy_id, "--text", "I am allergic to peanuts and cashews")

@@ -47,7 +47,11 @@ def _second(
 def keyword_hits(m: Memory, query: str, **scope: str) -> list[str]:
     """Memories the query finds by keyword (BM25 > 0) or by entity, whatever their rank."""
     found = m.search(query, explain=True, top_k=50, **scope)["results"]
-    return [r["memory"] for r in found if r["explain"]["bm25"] > 0 or r["explain"]["entities"]]
+    return [
+        r["memory"]
+        for r in found
+        if r["score_details"]["bm25"] > 0 or r["score_details"]["entities"]
+    ]
 
 
 def _passport(m: Memory, user: str = "u") -> tuple[str, str]:
@@ -238,7 +242,7 @@ def test_async_purge_erases_too(
         async with am:
             assert (await am.purge(mid))["purged"] == 1
             found = await am.search(SECRET, user_id="u", explain=True)
-            assert [r for r in found["results"] if r["explain"]["bm25"] > 0] == []
+            assert [r for r in found["results"] if r["score_details"]["bm25"] > 0] == []
 
     asyncio.run(run())
     assert holds_any(mem.store, variants(SECRET)) == []

@@ -66,7 +66,7 @@ def test_keyword_alone_finds_a_rare_code(mem: Memory) -> None:
     assert found[target].semantic_rank is None  # the vectors prefer another memory
     assert found[target].entities == []
     hit = by_text(mem.search(query, user_id="u", explain=True))[target]
-    assert hit["explain"]["rank"]["bm25"] == 1
+    assert hit["score_details"]["rank"]["bm25"] == 1
 
 
 def test_vector_alone_finds_a_paraphrase(mem: Memory) -> None:
@@ -79,7 +79,7 @@ def test_vector_alone_finds_a_paraphrase(mem: Memory) -> None:
     assert found[target].bm25 == 0 and found[target].bm25_rank is None  # no shared word
     assert found[target].entities == []
     results = mem.search(query, user_id="u", explain=True)["results"]
-    assert results[0]["memory"] == target and results[0]["explain"]["bm25"] == 0
+    assert results[0]["memory"] == target and results[0]["score_details"]["bm25"] == 0
 
 
 def test_entity_alone_finds_a_linked_memory(mem: Memory) -> None:
@@ -91,8 +91,8 @@ def test_entity_alone_finds_a_linked_memory(mem: Memory) -> None:
     assert found[target].semantic_rank is None and found[target].bm25_rank is None
     assert found[target].entities == [("2023-05-07", 1)]
     hit = by_text(mem.search(query, user_id="u", explain=True))[target]
-    assert hit["explain"]["entities"] == ["2023-05-07"]
-    assert hit["explain"]["rank"]["entity"] == 1
+    assert hit["score_details"]["entities"] == ["2023-05-07"]
+    assert hit["score_details"]["rank"]["entity"] == 1
 
 
 def test_common_entities_only_mark_candidates_found_otherwise(mem: Memory) -> None:
@@ -108,7 +108,7 @@ def test_common_entities_only_mark_candidates_found_otherwise(mem: Memory) -> No
 def test_lower_case_query_still_matches_entities(mem: Memory) -> None:
     mem.add("Dinner with Aunt Rosalind at Chez Panisse", user_id="u", infer=False)
     hit = mem.search("when did i eat at chez panisse", user_id="u", explain=True)["results"][0]
-    assert "chez panisse" in hit["explain"]["entities"]
+    assert "chez panisse" in hit["score_details"]["entities"]
 
 
 # -- filters hold on every source ----------------------------------------------------------
@@ -151,7 +151,7 @@ def test_explain_shows_every_part_and_rank(mem: Memory) -> None:
     results = mem.search("What dog did Ana adopt? Biscuit", user_id="u", explain=True)["results"]
     top = results[0]
     assert top["memory"] == "I adopted a greyhound named Biscuit."
-    explain = top["explain"]
+    explain = top["score_details"]
     for key in ("semantic", "bm25", "entity", "actor", "fusion", "method", "rank", "parts"):
         assert key in explain
     assert explain["fusion"] == top["score"]
@@ -164,7 +164,7 @@ def test_explain_shows_every_part_and_rank(mem: Memory) -> None:
     assert all(0.0 <= r["score"] <= 1.0 for r in results)
     assert [r["score"] for r in results] == sorted((r["score"] for r in results), reverse=True)
     plain = mem.search("What dog did Ana adopt?", user_id="u")["results"][0]
-    assert "explain" not in plain
+    assert "score_details" not in plain
 
 
 @pytest.mark.parametrize("preset", [HYBRID_WEIGHTED, HYBRID_RRF])
@@ -179,7 +179,7 @@ def test_threshold_applies_to_the_final_score(
         cut = (scores[0] + scores[-1]) / 2
         kept = m.search("cello", user_id="u", threshold=cut, explain=True)["results"]
         assert [r["score"] for r in kept] == [s for s in scores if s >= cut]
-        assert all(r["explain"]["fusion"] >= cut for r in kept)
+        assert all(r["score_details"]["fusion"] >= cut for r in kept)
 
 
 # -- entity links follow the memory ---------------------------------------------------------
@@ -187,7 +187,7 @@ def test_threshold_applies_to_the_final_score(
 
 def _entities_of_hits(m: Memory, query: str) -> dict[str, list[str]]:
     results = m.search(query, user_id="u", explain=True)["results"]
-    return {r["id"]: r["explain"]["entities"] for r in results}
+    return {r["id"]: r["score_details"]["entities"] for r in results}
 
 
 def test_entity_links_on_add_update_delete(mem: Memory) -> None:
@@ -284,14 +284,14 @@ def test_fusion_presets(db_path: Path, embedder: LocalEmbedder) -> None:
             for text in texts:
                 m.add(text, user_id="u", infer=False)
             results = m.search(query, user_id="u", explain=True)["results"]
-            assert all(r["explain"]["method"] == preset.method for r in results)
+            assert all(r["score_details"]["method"] == preset.method for r in results)
             assert all(0.0 <= r["score"] <= 1.0 for r in results)
             tops[name] = results
     keyword = tops["keyword"]
     assert keyword[0]["memory"].startswith("Reference QZX7731")
-    assert all(r["score"] == 0.0 for r in keyword if r["explain"]["bm25"] == 0)
+    assert all(r["score"] == 0.0 for r in keyword if r["score_details"]["bm25"] == 0)
     dense = tops["dense"]
-    cosines = [r["explain"]["semantic"] for r in dense]
+    cosines = [r["score_details"]["semantic"] for r in dense]
     assert cosines == sorted(cosines, reverse=True)
     assert FusionConfig() == HYBRID_WEIGHTED  # the default is the weighted preset
 
@@ -336,12 +336,12 @@ def test_verbatim_messages_are_indexed_with_their_context(mem: Memory) -> None:
         infer=False,
     )["results"][0]["id"]
     hits = {r["id"]: r for r in mem.search("turtles", user_id="u", explain=True)["results"]}
-    assert hits[answer]["explain"]["bm25"] > 0  # found through its question's words
+    assert hits[answer]["score_details"]["bm25"] > 0  # found through its question's words
     assert hits[answer]["memory"] == "Three years now!"  # the text stays its own
-    assert hits[other]["explain"]["bm25"] == 0
+    assert hits[other]["score_details"]["bm25"] == 0
     top = mem.search("How long has Nate had turtles?", user_id="u", explain=True)["results"]
     assert answer in [r["id"] for r in top[:2]]
-    assert {r["id"]: r["explain"]["actor"] for r in top}[answer] == 1.0  # Nate said it
+    assert {r["id"]: r["score_details"]["actor"] for r in top}[answer] == 1.0  # Nate said it
 
 
 def test_context_can_be_turned_off(db_path: Path, embedder: LocalEmbedder) -> None:
@@ -349,7 +349,7 @@ def test_context_can_be_turned_off(db_path: Path, embedder: LocalEmbedder) -> No
         m.add("How long have you had your turtles?", user_id="u", infer=False)
         m.add("Three years now!", user_id="u", infer=False)
         hits = m.search("turtles", user_id="u", explain=True)["results"]
-        assert {r["memory"]: r["explain"]["bm25"] for r in hits}["Three years now!"] == 0
+        assert {r["memory"]: r["score_details"]["bm25"] for r in hits}["Three years now!"] == 0
 
 
 # -- reranker -------------------------------------------------------------------------------
@@ -378,8 +378,8 @@ def test_llm_reranker_reorders_a_larger_pool(db_path: Path, embedder: LocalEmbed
         assert len(out) == 2
         assert out[0]["memory"] == "I bought cello strings"
         assert out[0]["score"] == pytest.approx(1.0)
-        assert out[0]["explain"]["rerank"] == pytest.approx(1.0)
-        assert 0.0 <= out[0]["explain"]["fusion"] <= 1.0
+        assert out[0]["score_details"]["rerank"] == pytest.approx(1.0)
+        assert 0.0 <= out[0]["score_details"]["fusion"] <= 1.0
         assert [c.schema_name for c in llm.calls] == ["rerank"]
 
 
@@ -395,7 +395,7 @@ def test_reranker_failure_keeps_the_fused_order(db_path: Path, embedder: LocalEm
         second = m.search("cello", user_id="u", explain=True)["results"]
     for out in (first, second):
         assert out[0]["memory"] == "I play the cello"
-        assert "rerank" not in out[0]["explain"]
+        assert "rerank" not in out[0]["score_details"]
 
 
 def test_async_search_reranks_too(db_path: Path, embedder: LocalEmbedder) -> None:
@@ -415,7 +415,7 @@ def test_async_search_reranks_too(db_path: Path, embedder: LocalEmbedder) -> Non
 
     results = asyncio.run(main())
     assert results[0]["memory"] == "I hate broccoli"  # the grader's choice
-    assert results[0]["explain"]["rerank"] == 1.0
+    assert results[0]["score_details"]["rerank"] == 1.0
 
 
 def test_parse_rerank_shapes() -> None:

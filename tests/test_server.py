@@ -172,7 +172,7 @@ def test_every_route_round_trip(stack: Stack) -> None:
         hits = found.json()["results"]
         assert veg in [h["id"] for h in hits]
         hit = next(h for h in hits if h["id"] == veg)
-        assert "explain" in hit and 0 <= hit["score"] <= 1
+        assert "score_details" in hit and 0 <= hit["score"] <= 1
         mid = hit["id"]
         assert c.post("/search", json={"query": "pets", "limit": 1}).json()["results"]
         assert (

@@ -151,13 +151,13 @@ def test_by_id_calls_of_a_view_treat_a_hidden_memory_as_missing(mem: Memory) -> 
         for name, args in (
             ("update", (mid, "changed")),
             ("delete", (mid,)),
-            ("history", (mid,)),
             ("restore", (mid,)),
             ("timeline", (mid,)),
             ("purge", (mid,)),
         ):
             with pytest.raises(MemoryNotFoundError):
                 getattr(coach, name)(*args)
+        assert coach.history(mid) == []  # as for an id that does not exist
     assert mem.get(secret)["memory"] == SECRET  # type: ignore[index]
     assert [h["event"] for h in mem.history(secret)] == ["ADD"]
     assert coach.get_all()["results"] == []
@@ -318,7 +318,7 @@ def test_scores_of_a_view_do_not_depend_on_memories_it_cannot_see(mem: Memory) -
 
     def scores() -> list[tuple[str, float, dict[str, Any]]]:
         hits = coach.search("QX7781923 Harriet Quimby", explain=True)["results"]
-        return [(h["memory"], h["score"], h["explain"]) for h in hits]
+        return [(h["memory"], h["score"], h["score_details"]) for h in hits]
 
     before = scores()
     assert before and before[0][0].startswith("Alice's code word")

@@ -8,10 +8,12 @@ no model): its methods are generators that validate input, yield effects
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 
 import numpy as np
@@ -87,7 +89,7 @@ from engramdb.stores.base import (
 )
 from engramdb.stores.kernel.erasure import PLAN_ATTEMPTS, reindexed_terms
 
-__all__ = ["Operations", "event_dict", "item"]
+__all__ = ["Operations", "event_dict", "expiration_date", "history_item", "item"]
 
 log = logging.getLogger("engramdb")
 
@@ -106,6 +108,34 @@ _ITEM_FIELDS = (
 )
 
 
+def expiration_date(expires_at: str) -> str:
+    """mem0's ``expiration_date`` (the last day a memory is shown, UTC) of an expiry time.
+
+    A memory is shown while ``now < expires_at``; a date-only expiry ``D``
+    is stored as the start of the next day, so the day shown is ``D`` again.
+    """
+    moment = datetime.fromisoformat(expires_at) - timedelta(microseconds=1)
+    return moment.date().isoformat()
+
+
+def _expiry(value: object) -> str | None:
+    """``expires_at`` of an ``expiration_date``: a plain date is shown through that day.
+
+    mem0's expiration dates are ``YYYY-MM-DD``, inclusive, in UTC: a memory
+    set to expire on 2030-01-31 is shown all through that day. A time (a
+    datetime, ISO text with a time, epoch seconds) is taken as the moment.
+    """
+    day: date | None = None
+    if isinstance(value, date) and not isinstance(value, datetime):
+        day = value
+    elif isinstance(value, str) and len(value.strip()) == 10:
+        with contextlib.suppress(ValueError):
+            day = date.fromisoformat(value.strip())
+    if day is not None:
+        return parse_timestamp(day + timedelta(days=1), "expiration_date")
+    return parse_timestamp(value, "expiration_date")
+
+
 def item(row: MemoryRow, linkable: set[str] | None = None) -> dict[str, Any]:
     """A stored memory in mem0's result shape (optional fields only when set).
 
@@ -116,6 +146,7 @@ def item(row: MemoryRow, linkable: set[str] | None = None) -> dict[str, Any]:
         "memory": row.text,
         "hash": row.hash,
         "metadata": row.metadata,
+        "score": None,
         "created_at": row.created_at,
         "updated_at": row.updated_at,
     }
@@ -123,6 +154,8 @@ def item(row: MemoryRow, linkable: set[str] | None = None) -> dict[str, Any]:
         value = getattr(row, key)
         if value is not None:
             out[key] = value
+    if row.expires_at is not None:
+        out["expiration_date"] = expiration_date(row.expires_at)
     if row.run_ids:
         out["run_ids"] = [row.run_id, *row.run_ids] if row.run_id else list(row.run_ids)
     if row.agent_ids:
@@ -132,7 +165,7 @@ def item(row: MemoryRow, linkable: set[str] | None = None) -> dict[str, Any]:
 
 
 def event_dict(event: HistoryEvent) -> dict[str, Any]:
-    """A history event as :meth:`Memory.history` returns it."""
+    """A history event as subscribers (``on_event``) and exports see it."""
     return {
         "id": event.id,
         "memory_id": event.memory_id,
@@ -146,6 +179,23 @@ def event_dict(event: HistoryEvent) -> dict[str, Any]:
         "reason": event.reason,
         "created_at": event.created_at,
     }
+
+
+def history_item(event: HistoryEvent, row: MemoryRow | None) -> dict[str, Any]:
+    """A history event as :meth:`Memory.history` returns it: mem0's keys, then ours.
+
+    mem0's ``id`` is a string, ``updated_at`` the time of a change (None for
+    the ADD), ``is_deleted`` whether the event deleted the memory, and
+    ``actor_id`` / ``role`` those of the memory; ``version``, the metadata
+    before and after, ``actor`` (api, llm, cli, ...) and ``reason`` are ours.
+    """
+    out = event_dict(event)
+    out["id"] = str(event.id)
+    out["updated_at"] = None if event.event == "ADD" else event.created_at
+    out["is_deleted"] = event.event == "DELETE"
+    out["actor_id"] = row.actor_id if row is not None else None
+    out["role"] = row.role if row is not None else None
+    return out
 
 
 def entities_of(text: str) -> list[EntityRef]:
@@ -346,7 +396,7 @@ class Operations:
         meta = check_metadata(metadata)
         msgs = parse_messages(messages, self.limits.max_text_chars, self.limits.max_messages)
         observed = parse_timestamp(timestamp) or utc_now()
-        expires = parse_timestamp(expiration_date, "expiration_date")
+        expires = _expiry(expiration_date)
         images: list[tuple[int, str]] = []
         if isinstance(messages, list | tuple):
             for i, raw in enumerate(messages):
@@ -451,7 +501,16 @@ class Operations:
                     raise
                 continue
             return {
-                "results": [{"id": o.id, "memory": o.memory, "event": o.event} for o in outcomes]
+                "results": [
+                    {
+                        "id": o.id,
+                        "memory": o.memory,
+                        "event": o.event,
+                        "actor_id": m.actor_id,
+                        "role": m.role,
+                    }
+                    for o, m in zip(outcomes, new, strict=True)
+                ]
             }
         raise AssertionError("unreachable")
 
@@ -527,6 +586,7 @@ class Operations:
         k: int,
         *,
         rerank: bool = False,
+        include_expired: bool = False,
     ) -> Flow[list[Hit]]:
         """Candidates from every signal, fused (search.py); reranked if configured."""
         cfg = self.fusion
@@ -534,7 +594,14 @@ class Operations:
         second = cfg.rerank if rerank else None
         want = max(k, second.pool) if second is not None else k
         candidates = yield from store_call(
-            Store.candidates, scope, where, vec, plan.terms, plan.entities, max(cfg.pool, want)
+            Store.candidates,
+            scope,
+            where,
+            vec,
+            plan.terms,
+            plan.entities,
+            max(cfg.pool, want),
+            include_expired=include_expired,
         )
         hits = fuse(candidates, cfg, plan)[:want]
         if second is not None and self.reranker is not None and len(hits) > 1:
@@ -812,15 +879,27 @@ class Operations:
         explain: bool,
         ids: dict[str, object],
         expand_links: bool = False,
+        rerank: bool | None = None,
+        show_expired: bool = False,
     ) -> Flow[dict[str, Any]]:
         """``Memory.search``."""
         text = check_text(query, self.limits.max_text_chars, "query")
         k = check_top_k(top_k)
         thr = check_threshold(threshold)
         scope, where = self._scope_and_where(filters, ids, "search()")
+        if rerank and (self.fusion.rerank is None or self.reranker is None):
+            log.debug("search(rerank=True): no reranker is configured; fused order kept")
         yield from self._bind()
         vec = yield EmbedQuery(text)
-        hits = yield from self._hybrid(scope, where, text, vec, k, rerank=True)
+        hits = yield from self._hybrid(
+            scope,
+            where,
+            text,
+            vec,
+            k,
+            rerank=rerank is not False,
+            include_expired=bool(show_expired),
+        )
         found: list[tuple[MemoryRow, dict[str, Any]]] = []
         seen = {h.row.id for h in hits}
         for hit in hits:
@@ -828,7 +907,7 @@ class Operations:
                 continue
             out: dict[str, Any] = {"score": hit.score}
             if explain:
-                out["explain"] = hit.explain
+                out["score_details"] = hit.explain
             found.append((hit.row, out))
             if expand_links:
                 for linked_id in hit.row.linked_ids:
@@ -856,27 +935,37 @@ class Operations:
         top_k: object,
         offset: object,
         ids: dict[str, object],
+        show_expired: bool = False,
     ) -> Flow[dict[str, Any]]:
         """``Memory.get_all``."""
         k = check_top_k(top_k)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValidationError(f"offset must be a non-negative integer, got {offset!r}")
         scope, where = self._scope_and_where(filters, ids, "get_all()")
-        rows = yield from store_call(Store.list_memories, scope, where, limit=k, offset=offset)
+        rows = yield from store_call(
+            Store.list_memories,
+            scope,
+            where,
+            limit=k,
+            offset=offset,
+            include_expired=bool(show_expired),
+        )
         shown = yield from self._linkable(rows)
         return {"results": [item(r, shown) for r in rows]}
 
     def history(self, memory_id: object) -> Flow[list[dict[str, Any]]]:
-        """``Memory.history``."""
+        """``Memory.history``: ``[]`` for an id with no history (as mem0), or one not visible."""
         mid = self._memory_id(memory_id)
         if self.within is not None:
-            yield from self._visible_by_id(mid)
+            try:
+                yield from self._visible_by_id(mid)
+            except MemoryNotFoundError:
+                return []
         events = yield from store_call(Store.history, mid)
         if not events:
-            row = yield from store_call(Store.get, mid, include_deleted=True)
-            if row is None:
-                raise MemoryNotFoundError(mid)
-        return [event_dict(e) for e in events]
+            return []
+        row = yield from store_call(Store.get, mid, include_deleted=True)
+        return [history_item(e, row) for e in events]
 
     def _masked(self, change: Flow[T]) -> Flow[T]:
         """A content change whose DuplicateMemoryError names no memory the caller cannot see."""

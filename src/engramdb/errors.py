@@ -136,8 +136,13 @@ class DuplicateMemoryError(ValidationError):
         )
 
 
-class MemoryNotFoundError(EngramError, KeyError):
-    """No memory with this id (or it is outside the caller's scope)."""
+class MemoryNotFoundError(EngramError, KeyError, ValueError):
+    """No memory with this id (or it is outside the caller's scope).
+
+    A ``KeyError`` (a lookup that found nothing) and a ``ValueError`` (what
+    mem0 raises for an unknown id on ``update`` / ``delete``), so code
+    written for either catches it.
+    """
 
     def __init__(self, memory_id: str) -> None:
         self.memory_id = memory_id

@@ -387,14 +387,20 @@ class Memory(_Base):
         agent_id: str | None = None,
         run_id: str | None = None,
         limit: int | None = None,
+        rerank: bool | None = None,
+        show_expired: bool = False,
     ) -> dict[str, Any]:
         """The memories of a scope most relevant to ``query``, best first.
 
         Scope ids may be given as arguments or inside ``filters``; at least one
         is required. Each result carries ``score`` in [0, 1]; ``threshold``
-        drops results below it; ``explain=True`` adds the parts of the score;
-        ``expand_links=True`` adds the memories linked to each hit right after
-        it (with ``linked_from``). ``limit`` is an alias of ``top_k``.
+        drops results below it; ``explain=True`` adds the parts of the score
+        (``score_details``); ``expand_links=True`` adds the memories linked to
+        each hit right after it (with ``linked_from``). ``limit`` is an alias
+        of ``top_k``. ``rerank=False`` skips a configured reranker for this
+        call (``None``, the default: the configuration decides; ``True``
+        without a reranker configured: the fused order, as mem0).
+        ``show_expired=True`` includes memories past their expiration date.
         """
         result: dict[str, Any] = self._run(
             self._ops.search(
@@ -405,6 +411,8 @@ class Memory(_Base):
                 explain=explain,
                 ids=_ids(user_id, agent_id, run_id),
                 expand_links=expand_links,
+                rerank=rerank,
+                show_expired=show_expired,
             )
         )
         return result
@@ -424,14 +432,19 @@ class Memory(_Base):
         agent_id: str | None = None,
         run_id: str | None = None,
         limit: int | None = None,
+        show_expired: bool = False,
     ) -> dict[str, Any]:
-        """Memories of a scope, newest first; page with ``offset``."""
+        """Memories of a scope, newest first; page with ``offset``.
+
+        ``show_expired=True`` includes memories past their expiration date.
+        """
         result: dict[str, Any] = self._run(
             self._ops.get_all(
                 filters=filters,
                 top_k=limit if limit is not None else top_k,
                 offset=offset,
                 ids=_ids(user_id, agent_id, run_id),
+                show_expired=show_expired,
             )
         )
         return result
@@ -673,6 +686,8 @@ class AsyncMemory(_Base):
         agent_id: str | None = None,
         run_id: str | None = None,
         limit: int | None = None,
+        rerank: bool | None = None,
+        show_expired: bool = False,
     ) -> dict[str, Any]:
         """See :meth:`Memory.search`."""
         result: dict[str, Any] = await self._run(
@@ -684,6 +699,8 @@ class AsyncMemory(_Base):
                 explain=explain,
                 ids=_ids(user_id, agent_id, run_id),
                 expand_links=expand_links,
+                rerank=rerank,
+                show_expired=show_expired,
             )
         )
         return result
@@ -703,6 +720,7 @@ class AsyncMemory(_Base):
         agent_id: str | None = None,
         run_id: str | None = None,
         limit: int | None = None,
+        show_expired: bool = False,
     ) -> dict[str, Any]:
         """See :meth:`Memory.get_all`."""
         result: dict[str, Any] = await self._run(
@@ -711,6 +729,7 @@ class AsyncMemory(_Base):
                 top_k=limit if limit is not None else top_k,
                 offset=offset,
                 ids=_ids(user_id, agent_id, run_id),
+                show_expired=show_expired,
             )
         )
         return result

@@ -326,9 +326,9 @@ def _library_hits(m: Memory, place: _Place, secret: str) -> list[str]:
         text = str(r["memory"]).casefold()
         if any(f in text for f in forms):
             hits.append(f"search returns a memory with {secret!r}: {r['memory']!r}")
-        elif r["explain"]["bm25"] > 0:
+        elif r["score_details"]["bm25"] > 0:
             hits.append(f"search matches {secret!r} by keyword in {r['memory']!r}")
-        elif r["explain"]["entities"]:
+        elif r["score_details"]["entities"]:
             hits.append(f"search matches {secret!r} by entity in {r['memory']!r}")
     for r in m.get_all(user_id=place.user)["results"]:
         for linked in r.get("linked_memory_ids", []):

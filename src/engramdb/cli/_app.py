@@ -270,7 +270,7 @@ def _memories_table(items: list[dict[str, Any]], *, title: str | None = None) ->
         row: list[Text | str] = []
         if scored:
             row.append(f"{item.get('score', 0.0):.3f}")
-        explain = item.get("explain")
+        explain = item.get("score_details")
         extra = [_explain_text(explain)] if isinstance(explain, dict) else []
         row += [
             _memory_cell(item, *extra),

@@ -115,7 +115,13 @@ class Store(Protocol):
         ...
 
     def list_memories(
-        self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
+        self,
+        scope: Scope,
+        where: Node | None,
+        *,
+        limit: int,
+        offset: int = 0,
+        include_expired: bool = False,
     ) -> list[MemoryRow]:
         """Live memories of a scope, newest first (ties by insertion order)."""
         ...
@@ -126,6 +132,8 @@ class Store(Protocol):
         where: Node | None,
         query: np.ndarray[Any, np.dtype[np.float32]],
         k: int,
+        *,
+        include_expired: bool = False,
     ) -> list[tuple[MemoryRow, float]]:
         """The ``k`` live memories of the scope most similar to ``query`` (cosine)."""
         ...
@@ -138,6 +146,8 @@ class Store(Protocol):
         terms: Sequence[str],
         entities: Sequence[str],
         n: int,
+        *,
+        include_expired: bool = False,
     ) -> list[Candidate]:
         """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links.
 
@@ -307,7 +317,13 @@ class AsyncStore(Protocol):
         ...
 
     async def list_memories(
-        self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
+        self,
+        scope: Scope,
+        where: Node | None,
+        *,
+        limit: int,
+        offset: int = 0,
+        include_expired: bool = False,
     ) -> list[MemoryRow]:
         """See :meth:`Store.list_memories`."""
         ...
@@ -318,6 +334,8 @@ class AsyncStore(Protocol):
         where: Node | None,
         query: np.ndarray[Any, np.dtype[np.float32]],
         k: int,
+        *,
+        include_expired: bool = False,
     ) -> list[tuple[MemoryRow, float]]:
         """See :meth:`Store.vector_search`."""
         ...
@@ -330,6 +348,8 @@ class AsyncStore(Protocol):
         terms: Sequence[str],
         entities: Sequence[str],
         n: int,
+        *,
+        include_expired: bool = False,
     ) -> list[Candidate]:
         """See :meth:`Store.candidates`."""
         ...

@@ -33,8 +33,13 @@ SQLITE = Dialect(mark="?", true="1", off_index="+")
 POSTGRES = Dialect(mark="%s", true="TRUE", off_index="")
 
 
-def live_clause(d: Dialect) -> str:
-    """SQL over alias ``m``: not deleted and not expired at the one parameter (now)."""
+def live_clause(d: Dialect, *, include_expired: bool = False) -> str:
+    """SQL over alias ``m``: not deleted and not expired at the one parameter (now).
+
+    ``include_expired``: not deleted, whatever the expiry; no parameter.
+    """
+    if include_expired:
+        return "m.deleted_at IS NULL"
     return f"m.deleted_at IS NULL AND (m.expires_at IS NULL OR m.expires_at > {d.mark})"
 
 

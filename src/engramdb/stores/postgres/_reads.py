@@ -105,10 +105,16 @@ class _ReadFlows(_FlowBase):
         return {r[0] for r in rows}
 
     def list_memories(
-        self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
+        self,
+        scope: Scope,
+        where: Node | None,
+        *,
+        limit: int,
+        offset: int = 0,
+        include_expired: bool = False,
     ) -> Tx[list[MemoryRow]]:
         """Live memories of a scope, newest first (ties by insertion order)."""
-        sql, params = self.where(scope, where)
+        sql, params = self.where(scope, where, include_expired)
         rows = yield _Q(
             f"SELECT {self.cols} FROM {self.t('memories')} m WHERE {sql} "
             "ORDER BY m.created_at DESC, m.rowid DESC LIMIT %s OFFSET %s",
@@ -225,11 +231,17 @@ class _ReadFlows(_FlowBase):
         }
 
     def vector_search(
-        self, scope: Scope, where: Node | None, query: np.ndarray[Any, Any], k: int
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        k: int,
+        *,
+        include_expired: bool = False,
     ) -> Tx[list[tuple[MemoryRow, float]]]:
         """The ``k`` live memories of the scope most similar to ``query`` (cosine)."""
         yield from self.guard_binding(write=False)
-        sql, params = self.where(scope, where)
+        sql, params = self.where(scope, where, include_expired)
         raw = yield from self.nearest(sql, params, query, k, full=True)
         return [(row, 1.0 - float(r[_NCOLS])) for r, row in zip(raw, self.rows(raw), strict=True)]
 
@@ -246,17 +258,19 @@ class _ReadFlows(_FlowBase):
         self,
         scope: Scope,
         where: Node | None,
-        query: np.ndarray[Any, Any],
+        query: np.ndarray[Any, np.dtype[np.float32]],
         terms: Sequence[str],
         entities: Sequence[str],
         n: int,
+        *,
+        include_expired: bool = False,
     ) -> Tx[list[Candidate]]:
         """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links."""
         kind, value = scope.items()[0]
         cache = yield from self.catch_up(kind, value)
         if cache is None:
             return []  # nothing bound since the last reset: no vectors anywhere
-        sql, params = self.where(scope, where)
+        sql, params = self.where(scope, where, include_expired)
         allowed = yield from self.allowed(scope, where, sql, params)
         if allowed is not None and allowed.size == 0:
             return []

@@ -213,10 +213,13 @@ class _FlowBase:
         """SQL over alias ``m`` matching every id of ``scope`` (attached sessions count)."""
         return row_scope_clause(scope, POSTGRES, self.t("memory_scope"))
 
-    def where(self, scope: Scope, where: Node | None) -> tuple[str, list[Any]]:
+    def where(
+        self, scope: Scope, where: Node | None, include_expired: bool = False
+    ) -> tuple[str, list[Any]]:
+        """SQL over alias ``m``: live, in ``scope``, matching ``where``."""
         clause, params = self.scope_clause(scope)
-        sql = f"{live_clause(POSTGRES)} AND {clause}"
-        params = [datetime.now(UTC), *params]
+        sql = f"{live_clause(POSTGRES, include_expired=include_expired)} AND {clause}"
+        params = [*([] if include_expired else [datetime.now(UTC)]), *params]
         if where is not None:
             fsql, fparams = compile_postgres(where, scope_table=self.t("memory_scope"))
             sql += f" AND ({fsql})"

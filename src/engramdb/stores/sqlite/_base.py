@@ -51,10 +51,6 @@ def _vec_blob(vec: np.ndarray[Any, Any]) -> bytes:
     return np.ascontiguousarray(vec, dtype=F32).tobytes()
 
 
-def _live_clause(now: str) -> tuple[str, list[Any]]:
-    return live_clause(SQLITE), [now]
-
-
 def _scope_clause(scope: Scope) -> tuple[str, list[Any]]:
     """SQL over alias ``m`` matching every id of ``scope`` (attached sessions count).
 
@@ -412,8 +408,11 @@ class _Store:
                 by_rowid[rowid].linked_ids.append(linked)
         return out
 
-    def _where(self, scope: Scope, where: Node | None) -> tuple[str, list[Any]]:
-        live, params = _live_clause(utc_now())
+    def _where(
+        self, scope: Scope, where: Node | None, include_expired: bool = False
+    ) -> tuple[str, list[Any]]:
+        live = live_clause(SQLITE, include_expired=include_expired)
+        params: list[Any] = [] if include_expired else [utc_now()]
         clause, scope_params = _scope_clause(scope)
         sql = f"{live} AND {clause}"
         params += scope_params

@@ -96,10 +96,16 @@ class _Reads(_Store):
         return found
 
     def list_memories(
-        self, scope: Scope, where: Node | None, *, limit: int, offset: int = 0
+        self,
+        scope: Scope,
+        where: Node | None,
+        *,
+        limit: int,
+        offset: int = 0,
+        include_expired: bool = False,
     ) -> list[MemoryRow]:
         """Live memories of a scope, newest first (ties by insertion order)."""
-        sql, params = self._where(scope, where)
+        sql, params = self._where(scope, where, include_expired)
         with self._read() as con:
             rows = con.execute(
                 f"SELECT {_COLS} FROM memories m WHERE {sql} "
@@ -180,12 +186,14 @@ class _Reads(_Store):
         where: Node | None,
         query: np.ndarray[Any, np.dtype[np.float32]],
         k: int,
+        *,
+        include_expired: bool = False,
     ) -> list[tuple[MemoryRow, float]]:
         """The ``k`` live memories of the scope most similar to ``query`` (cosine)."""
         cache = self._scope_cache(scope)
         if cache is None:
             return []
-        sql, params = self._where(scope, where)
+        sql, params = self._where(scope, where, include_expired)
         with self._read() as con:
             allowed = self._allowed(con, scope, where, sql, params)
             if allowed is not None and allowed.size == 0:
@@ -215,6 +223,8 @@ class _Reads(_Store):
         terms: Sequence[str],
         entities: Sequence[str],
         n: int,
+        *,
+        include_expired: bool = False,
     ) -> list[Candidate]:
         """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links.
 
@@ -228,7 +238,7 @@ class _Reads(_Store):
         cache = self._scope_cache(scope)
         if cache is None:
             return []
-        sql, params = self._where(scope, where)
+        sql, params = self._where(scope, where, include_expired)
         with self._read() as con:
             allowed = self._allowed(con, scope, where, sql, params)
             if allowed is not None and allowed.size == 0:

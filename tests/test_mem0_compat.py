@@ -1,0 +1,132 @@
+"""mem0's documented call patterns, run against engramdb: arguments, errors, result shapes.
+
+Each test is a pattern from mem0's OSS documentation (mem0ai 2.x: quickstart,
+memory operations, expiration, reranking, history) written as a mem0 user
+writes it, with only the import changed. Where engramdb keeps a behaviour
+of its own on purpose, docs/migrating-from-mem0.md says so and the test
+checks our behaviour by name.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engramdb import Memory
+
+
+def test_unknown_ids_raise_value_error_as_mem0_documents(mem: Memory) -> None:
+    # mem0: update()/delete() of an unknown id raise ValueError; code catches that.
+    for call in (lambda: mem.update("no-such-id", text="x"), lambda: mem.delete("no-such-id")):
+        with pytest.raises(ValueError, match="not found"):
+            call()
+        with pytest.raises(KeyError):  # and still a KeyError, as before
+            call()
+
+
+def test_add_without_any_id_is_a_value_error(mem: Memory) -> None:
+    with pytest.raises(ValueError):
+        mem.add("I like tea")
+
+
+def test_history_of_an_unknown_id_is_an_empty_list(mem: Memory) -> None:
+    assert mem.history("no-such-id") == []
+
+
+def test_verbatim_add_results_carry_actor_id_and_role(mem: Memory) -> None:
+    out = mem.add(
+        [
+            {"role": "user", "content": "I live in Lyon", "name": "alice"},
+            {"role": "assistant", "content": "Lyon is lovely in spring"},
+        ],
+        user_id="alice",
+        infer=False,
+    )
+    assert [(r["event"], r["actor_id"], r["role"]) for r in out["results"]] == [
+        ("ADD", "alice", "user"),
+        ("ADD", None, "assistant"),
+    ]
+
+
+def test_get_and_get_all_items_have_mem0_keys(mem: Memory) -> None:
+    mid = mem.add("I like green tea", user_id="u", infer=False)["results"][0]["id"]
+    got = mem.get(mid)
+    assert got is not None
+    assert {"id", "memory", "hash", "metadata", "score", "created_at", "updated_at"} <= set(got)
+    assert got["score"] is None
+    listed = mem.get_all(filters={"user_id": "u"})["results"]
+    assert [r["id"] for r in listed] == [mid] and listed[0]["score"] is None
+
+
+def test_history_items_have_mem0_keys(mem: Memory) -> None:
+    mid = mem.add("I like green tea", user_id="u", infer=False)["results"][0]["id"]
+    mem.update(mid, text="I like black tea")
+    mem.delete(mid)
+    events = mem.history(mid)
+    assert [e["event"] for e in events] == ["ADD", "UPDATE", "DELETE"]
+    for e in events:
+        assert {
+            "id",
+            "memory_id",
+            "old_memory",
+            "new_memory",
+            "event",
+            "created_at",
+            "updated_at",
+            "is_deleted",
+            "actor_id",
+            "role",
+        } <= set(e)
+        assert isinstance(e["id"], str)
+    assert [e["is_deleted"] for e in events] == [False, False, True]
+    assert events[0]["updated_at"] is None and events[1]["updated_at"] is not None
+    assert events[1]["old_memory"] == "I like green tea"
+    assert events[1]["new_memory"] == "I like black tea"
+    assert {e["role"] for e in events} == {"user"}
+
+
+def test_search_explain_gives_score_details(mem: Memory) -> None:
+    mem.add("I like green tea", user_id="u", infer=False)
+    hit = mem.search("green tea", filters={"user_id": "u"}, explain=True)["results"][0]
+    assert {"semantic", "fusion"} <= set(hit["score_details"])
+    plain = mem.search("green tea", filters={"user_id": "u"})["results"][0]
+    assert "score_details" not in plain
+
+
+def test_search_accepts_rerank_both_ways(mem: Memory) -> None:
+    mem.add("I like green tea", user_id="u", infer=False)
+    mem.add("My cat is called Tom", user_id="u", infer=False)
+    default = mem.search("tea", filters={"user_id": "u"})["results"]
+    # No reranker is configured: rerank=True keeps the fused order (as mem0 does).
+    for flag in (True, False):
+        again = mem.search("tea", filters={"user_id": "u"}, rerank=flag)["results"]
+        assert [r["id"] for r in again] == [r["id"] for r in default]
+
+
+def test_expired_memories_are_hidden_unless_show_expired(mem: Memory) -> None:
+    gone = mem.add(
+        "My trial plan ends soon", user_id="u", infer=False, expiration_date="2001-01-31"
+    )["results"][0]["id"]
+    kept = mem.add("My plan is the yearly one", user_id="u", infer=False)["results"][0]["id"]
+    scope = {"user_id": "u"}
+
+    def ids(results: dict[str, object]) -> set[str]:
+        return {r["id"] for r in results["results"]}  # type: ignore[attr-defined,index]
+
+    assert ids(mem.get_all(filters=scope)) == {kept}
+    assert ids(mem.get_all(filters=scope, show_expired=True)) == {kept, gone}
+    assert ids(mem.search("trial plan", filters=scope)) == {kept}
+    assert gone in ids(mem.search("trial plan", filters=scope, show_expired=True))
+    # get() by id always returns it, with mem0's expiration_date (inclusive day)
+    got = mem.get(gone)
+    assert got is not None and got["expiration_date"] == "2001-01-31"
+    # deleted memories stay hidden even with show_expired
+    mem.delete(gone)
+    assert ids(mem.get_all(filters=scope, show_expired=True)) == {kept}
+
+
+def test_a_date_only_expiration_is_shown_through_that_day(mem: Memory) -> None:
+    mid = mem.add("Offer valid this week", user_id="u", infer=False, expiration_date="2099-03-31")
+    got = mem.get(mid["results"][0]["id"])
+    assert got is not None
+    assert got["expires_at"] == "2099-04-01T00:00:00.000000+00:00"
+    assert got["expiration_date"] == "2099-03-31"
