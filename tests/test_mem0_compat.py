@@ -9,9 +9,16 @@ checks our behaviour by name.
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import pytest
 
 from engramdb import Memory
+from engramdb.config import parse_config
+from engramdb.embedders import LocalEmbedder
+from engramdb.errors import ConfigError
+from engramdb.stores.sqlite import SQLiteStore
 
 
 def test_unknown_ids_raise_value_error_as_mem0_documents(mem: Memory) -> None:
@@ -130,3 +137,74 @@ def test_a_date_only_expiration_is_shown_through_that_day(mem: Memory) -> None:
     assert got is not None
     assert got["expires_at"] == "2099-04-01T00:00:00.000000+00:00"
     assert got["expiration_date"] == "2099-03-31"
+
+
+# -- config dicts ---------------------------------------------------------------------------
+
+
+def test_mem0_default_style_config_loads_on_the_embedded_store(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = {
+        "vector_store": {
+            "provider": "qdrant",
+            "config": {"collection_name": "test", "path": str(tmp_path / "qdrant")},
+        },
+        "embedder": {"provider": "huggingface", "config": {"model": "multi-qa-MiniLM-L6-cos-v1"}},
+        "version": "v1.1",
+    }
+    with caplog.at_level(logging.WARNING, logger="engramdb"):
+        m = Memory.from_config(config)
+    try:
+        assert isinstance(m.store, SQLiteStore)
+        assert m.store.path == tmp_path / "qdrant" / "test.engramdb.sqlite"
+        assert m.embedder.model == LocalEmbedder().model
+        mid = m.add("I like green tea", user_id="u", infer=False)["results"][0]["id"]
+        assert m.search("tea", filters={"user_id": "u"})["results"][0]["id"] == mid
+    finally:
+        m.close()
+    said = caplog.text
+    assert "qdrant" in said and "huggingface" in said  # each substitution is told
+
+
+@pytest.mark.parametrize("provider", ["faiss", "chroma"])
+def test_other_file_stores_of_mem0_become_the_embedded_store(tmp_path: Path, provider: str) -> None:
+    config = {"vector_store": {"provider": provider, "config": {"path": str(tmp_path)}}}
+    m = Memory.from_config(config)
+    try:
+        assert m.store.path == tmp_path / "mem0.engramdb.sqlite"  # type: ignore[attr-defined]
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"host": "localhost", "port": 6333}, {"url": "https://qdrant.example"}, {"api_key": "k"}],
+)
+def test_a_mem0_store_on_a_server_is_refused_not_replaced(options: dict[str, object]) -> None:
+    config = {"vector_store": {"provider": "qdrant", "config": {"collection_name": "c", **options}}}
+    with pytest.raises(ConfigError, match="pgvector"):
+        Memory.from_config(config)
+
+
+def test_mem0_reranker_blocks(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    base = {"vector_store": {"provider": "sqlite", "config": {"path": str(tmp_path / "a.db")}}}
+    cfg = parse_config({**base, "reranker": {"provider": "llm_reranker"}}, None)
+    assert cfg.retrieval.rerank is not None
+    with caplog.at_level(logging.WARNING, logger="engramdb"):
+        dropped = parse_config({**base, "reranker": {"provider": "cohere"}}, None)
+    assert dropped.retrieval.rerank is None and "cohere" in caplog.text
+
+
+def test_huggingface_with_a_tei_server_is_the_openai_compatible_embedder() -> None:
+    cfg = parse_config(
+        {
+            "embedder": {
+                "provider": "huggingface",
+                "config": {"huggingface_base_url": "http://127.0.0.1:8080/v1", "model": "bge"},
+            }
+        },
+        None,
+    )
+    assert cfg.embedder.provider == "openai"
+    assert cfg.embedder.config == {"base_url": "http://127.0.0.1:8080/v1", "model": "bge"}

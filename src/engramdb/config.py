@@ -9,6 +9,7 @@ from typing import Any, Literal
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
+from engramdb._mem0_config import translate
 from engramdb.errors import ConfigError
 from engramdb.search import FusionConfig
 from engramdb.stores import check_store_config
@@ -104,6 +105,7 @@ def parse_config(
             extraction = dict(raw.get("extraction") or {})
             extraction.setdefault("custom_instructions", legacy)
             raw["extraction"] = extraction
+        raw = translate(raw)
         try:
             cfg = EngramConfig.model_validate(raw)
         except pydantic.ValidationError as exc:
