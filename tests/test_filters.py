@@ -1,19 +1,25 @@
-"""The filter language: SQLite and the Python reference must select the same rows."""
+"""The filter language: SQLite and the Python reference must select the same rows.
+
+(tests/test_postgres.py runs the same property test on PostgreSQL with this module's
+generators; the explicit examples near the end run on both backends.)
+"""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engramdb import Memory, MetadataError, ScopeError
 from engramdb.core.filters import (
     MAX_DEPTH,
     MAX_NODES,
@@ -29,7 +35,10 @@ from engramdb.core.filters import (
     parse_filters,
     split_scope,
 )
+from engramdb.core.filters_pg import compile_postgres
+from engramdb.core.validate import RESERVED_METADATA_KEYS, check_metadata
 from engramdb.errors import FilterError, ValidationError
+from pg import PgServer
 
 # --------------------------------------------------------------------------- database
 
@@ -144,6 +153,46 @@ def ref_rows(rows: Sequence[Row], node: Node) -> set[int]:
     return {i for i, row in enumerate(rows, start=1) if evaluate(node, row.record(i))}
 
 
+# The logical layer read straight from the filter dict, independently of the parser:
+# mem0's meaning of every spelling. Only single-field conditions go through
+# parse_filters + evaluate, so a parser that gave a logical key another meaning
+# (NOT [a, b] as "not all of", $or as a metadata key...) disagrees with it.
+ORACLE_LOGICAL = {
+    "AND": "AND", "and": "AND", "$and": "AND",
+    "OR": "OR", "or": "OR", "$or": "OR",
+    "NOT": "NOT", "not": "NOT", "$not": "NOT",
+}  # fmt: skip
+
+
+def oracle(filters: Mapping[str, Any], record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` matches the filter dict, by mem0's documented grammar.
+
+    Keys of one dict are ANDed; ``AND``/``OR`` lists need all / any of their
+    filters; ``NOT`` of a dict negates it and ``NOT`` of a list means none of them
+    (mem0's pgvector store writes ``NOT (a OR b)``).
+    """
+    for key, value in filters.items():
+        logical = ORACLE_LOGICAL.get(key)
+        if logical == "AND":
+            ok = all(oracle(child, record) for child in value)
+        elif logical == "OR":
+            ok = any(oracle(child, record) for child in value)
+        elif logical == "NOT":
+            children = [value] if isinstance(value, Mapping) else value
+            ok = not any(oracle(child, record) for child in children)
+        else:
+            node = parse_filters({key: value})
+            assert node is not None
+            ok = evaluate(node, record)
+        if not ok:
+            return False
+    return True
+
+
+def oracle_rows(rows: Sequence[Row], filters: Mapping[str, Any]) -> set[int]:
+    return {i for i, row in enumerate(rows, start=1) if oracle(filters, row.record(i))}
+
+
 def select(conn: sqlite3.Connection, rows: Sequence[Row], filters: Mapping[str, Any]) -> set[int]:
     """Rows a filter selects, after checking SQL and the reference agree."""
     node = parse_filters(filters)
@@ -225,6 +274,7 @@ METADATA_KEYS = [
     "metadata",
     "$x",
     "[0]",
+    "score",
 ]
 HOT_KEYS = ["rating", "tags", "città", 'quo"te']
 metadata_keys = st.one_of(st.sampled_from(HOT_KEYS), st.sampled_from(METADATA_KEYS))
@@ -293,7 +343,8 @@ metadata_ops = op_dict(
 
 
 def metadata_field(key: str, explicit: bool) -> str:
-    shadowed = key in {"role", "and", "metadata"} or key.startswith("metadata.")
+    # Bare names that mean something else: core fields, logical keys, "$..." names.
+    shadowed = key in {"role", "and", "metadata"} or key.startswith(("metadata.", "$"))
     return f"metadata.{key}" if explicit or shadowed else key
 
 
@@ -399,10 +450,11 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 def combine(children: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
     many = st.lists(children, min_size=1, max_size=3)
     return st.one_of(
-        st.tuples(st.sampled_from(["AND", "and"]), many).map(lambda kv: {kv[0]: kv[1]}),
-        st.tuples(st.sampled_from(["OR", "or"]), many).map(lambda kv: {kv[0]: kv[1]}),
-        st.tuples(st.sampled_from(["NOT", "not"]), children).map(lambda kv: {kv[0]: kv[1]}),
-        children.map(lambda c: {"NOT": [c]}),
+        st.tuples(st.sampled_from(["AND", "and", "$and"]), many).map(lambda kv: {kv[0]: kv[1]}),
+        st.tuples(st.sampled_from(["OR", "or", "$or"]), many).map(lambda kv: {kv[0]: kv[1]}),
+        st.tuples(st.sampled_from(["NOT", "not", "$not"]), children).map(lambda kv: {kv[0]: kv[1]}),
+        # NOT of a list: "none of them" (a one-element list is plain NOT).
+        st.tuples(st.sampled_from(["NOT", "not", "$not"]), many).map(lambda kv: {kv[0]: kv[1]}),
         st.lists(children, min_size=2, max_size=3).map(merge),
     )
 
@@ -424,6 +476,8 @@ def test_sqlite_selects_what_the_reference_selects(
         assert node is not None
         selected = sql_rows(db, node)
         assert selected == ref_rows(data, node), (filter_dict, node, compile_sqlite(node))
+        # The parsed tree means what the dict says in mem0's grammar.
+        assert selected == oracle_rows(data, filter_dict), (filter_dict, node)
         # Negating the compiled SQL must give the exact complement: no row may be
         # lost to SQL's NULL logic on either side.
         assert sql_rows(db, node, negate=True) == everything - selected
@@ -464,7 +518,8 @@ junk_atoms = st.one_of(
 junk_keys = st.one_of(
     st.sampled_from(
         [*OPERATORS, "AND", "OR", "NOT", "or", "Not", "$eq", "exists", "metadata", "metadata.",
-         "category", "rating", "tags", "flag", "run_id", "user_id", "created_at", "città"]
+         "category", "rating", "tags", "flag", "run_id", "user_id", "created_at", "città",
+         "$and", "$or", "$not", "$nor", "$x", "metadata.$x", "score"]
     ),
     st.text(max_size=3),
 )  # fmt: skip
@@ -570,9 +625,22 @@ def test_core_text_fields_against_every_operator(db: sqlite3.Connection) -> None
         ({"OR": {"a": 1}}, "OR takes a non-empty list"),
         ({"AND": [{}]}, "filters['AND'][0]: empty filter dict"),
         ({"AND": [{"a": 1}, "b"]}, "filters['AND'][1]: expected a filter dict"),
-        ({"NOT": [{"a": 1}, {"b": 2}]}, "NOT takes one filter dict"),
         ({"NOT": "a"}, "NOT takes a filter dict"),
+        ({"NOT": []}, "or a non-empty list of filter dicts"),
+        ({"$not": []}, "filters['$not']: NOT takes a filter dict"),
+        ({"NOT": [{"a": 1}, "b"]}, "filters['NOT'][1]: expected a filter dict"),
+        ({"NOT": [{"a": 1}, {}]}, "filters['NOT'][1]: empty filter dict"),
+        ({"$or": {"a": 1}}, "filters['$or']: OR takes a non-empty list"),
+        ({"$and": []}, "AND takes a non-empty list"),
+        ({"$nor": [{"a": 1}]}, "'$nor' is not a logical key or a field"),
+        ({"$x": 1}, "is written 'metadata.$x'"),
+        ({"$OR": [{"a": 1}]}, "write '$or' (or 'OR')"),
+        ({"$gt": 1}, "operators go inside a field's dict"),
+        ({"$exists": True}, "plain value '*'"),
+        ({"OR": [{"$in": ["a"]}]}, "filters['OR'][0]['$in']"),
+        ({"rating": {"$or": [1]}}, "AND/OR/NOT go beside field names"),
         ({"XOR": [{"a": 1}]}, "logical keys are AND, OR and NOT"),
+        ({"Or": [{"a": 1}]}, "logical keys are AND, OR and NOT"),
         ({"tags": ["a", "b"]}, "use {'in': [...]}"),
         ({"tags": {"in": "a"}}, "'in' takes a non-empty list"),
         ({"tags": {"nin": []}}, "'nin' takes a non-empty list"),
@@ -584,7 +652,8 @@ def test_core_text_fields_against_every_operator(db: sqlite3.Connection) -> None
         ({"created_at": {"gte": "10000-01-01"}}, "not an ISO-8601 date"),
         ({"created_at": {"gte": "0001-01-01T00:00:00+01:00"}}, "out of range"),
         ({"memory": {"contains": "pizza"}}, "'memory' is not a filterable field"),
-        ({"score": {"gt": 0.5}}, "search(threshold=...)"),
+        ({"deleted_at": "*"}, "'deleted_at' is not a filterable field"),
+        ({"linked_memory_ids": {"contains": "x"}}, "links are not filterable"),
         ({"observed_at": {"contains": "2024"}}, "is a timestamp"),
         ({"run_id": {"gt": "s1"}}, "'run_id' can hold several values"),
         ({"agent_id": {"contains": "s"}}, "'agent_id' can hold several values"),
@@ -710,9 +779,11 @@ def test_awkward_metadata_keys_are_found(db: sqlite3.Connection, ascii_json: boo
     data = md_rows(*({key: "hit", "other": key} for key in keys), ascii_json=ascii_json)
     load(db, data)
     for i, key in enumerate(keys, start=1):
-        assert select(db, data, {key: "hit"}) == {i}, key
+        # A bare "$..." name is refused as a Mongo-style operator: spell it out.
+        name = f"metadata.{key}" if key.startswith("$") else key
+        assert select(db, data, {name: "hit"}) == {i}, key
         assert select(db, data, {f"metadata.{key}": "*"}) == {i}, key
-        assert select(db, data, {key: {"ne": "hit"}}) == set(range(1, len(keys) + 1)) - {i}
+        assert select(db, data, {name: {"ne": "hit"}}) == set(range(1, len(keys) + 1)) - {i}
 
 
 def test_metadata_prefix_reaches_keys_that_shadow_core_and_logical_names(
@@ -727,6 +798,7 @@ def test_metadata_prefix_reaches_keys_that_shadow_core_and_logical_names(
     assert select(db, data, {"metadata.role": "admin"}) == {1}
     assert select(db, data, {"metadata.and": 1}) == {1}
     assert select(db, data, {"metadata.metadata": "m"}) == {1}
+    assert select(db, data, {"metadata.$and": 1}) == set()
 
 
 def test_types_never_mix(db: sqlite3.Connection) -> None:
@@ -868,6 +940,42 @@ def test_ast_shape() -> None:
     )
     assert parse_filters({"a": {"nin": ["x", "y"]}}) == Cmp("metadata.a", "nin", ("x", "y"))
     assert parse_filters({"user_id": None}) == Not(Cmp("user_id", "exists", None))
+    # NOT of a list is "none of them"; a one-element list is plain NOT.
+    assert parse_filters({"NOT": [{"a": 1}, {"b": "*", "c": 2}]}) == Not(
+        Or(
+            (
+                Cmp("metadata.a", "eq", 1),
+                And((Cmp("metadata.b", "exists", None), Cmp("metadata.c", "eq", 2))),
+            )
+        )
+    )
+    assert parse_filters({"NOT": [{"a": 1}]}) == Cmp("metadata.a", "ne", 1)
+    # score is a metadata key like any other.
+    assert parse_filters({"score": {"gte": 2}}) == Cmp("metadata.score", "gte", 2)
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"AND": [{"a": 1}, {"OR": [{"b": 2}, {"NOT": [{"c": 3}, {"d": "*"}]}]}]},
+        {"OR": [{"a": {"in": [1, 2]}}, {"NOT": {"b": None}}], "c": {"ne": "x"}},
+        {"NOT": [{"AND": [{"a": 1}, {"b": 2}]}, {"OR": [{"c": 3}]}]},
+    ],
+)
+def test_dollar_and_lowercase_logical_keys_are_exact_synonyms(filters: dict[str, Any]) -> None:
+    def respell(value: Any, spelling: dict[str, str]) -> Any:
+        if isinstance(value, dict):
+            return {spelling.get(k, k): respell(v, spelling) for k, v in value.items()}
+        if isinstance(value, list):
+            return [respell(v, spelling) for v in value]
+        return value
+
+    expected = parse_filters(filters)
+    for spelling in (
+        {"AND": "$and", "OR": "$or", "NOT": "$not"},
+        {"AND": "and", "OR": "or", "NOT": "not"},
+    ):
+        assert parse_filters(respell(filters, spelling)) == expected
 
 
 def test_compiled_sql_uses_only_bound_values() -> None:
@@ -907,8 +1015,223 @@ def test_split_scope_lifts_scope_ids_out_of_a_top_level_and() -> None:
     # Inside OR a scope id is not required, so it stays a filter.
     scope, rest = split_scope({"OR": [{"user_id": "a"}, {"user_id": "b"}]})
     assert scope == {}
+    scope, rest = split_scope({"$or": [{"user_id": "a"}], "$not": [{"user_id": "b"}]})
+    assert scope == {}
+
+
+def test_split_scope_lifts_scope_ids_out_of_a_top_level_dollar_and() -> None:
+    # mem0's vector stores receive {"$and": [...]}: the same conjunction as AND.
+    scope, rest = split_scope({"$and": [{"user_id": "alice"}, {"category": "work"}]})
+    assert scope == {"user_id": "alice"}
+    assert rest == {"$and": [{"category": "work"}]}
+    # "*" is a presence test, not a scope: it stays a filter.
+    scope, rest = split_scope({"$and": [{"user_id": "*"}], "agent_id": "*"})
+    assert scope == {}
+    assert rest == {"$and": [{"user_id": "*"}], "agent_id": "*"}
 
 
 def test_split_scope_rejects_non_dicts() -> None:
     with pytest.raises(FilterError):
         split_scope(["user_id"])  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- both backends
+#
+# The examples below run on SQLite and on the embedded PostgreSQL server (conftest's
+# pg_server), each checked against the AST reference and against the dict oracle.
+
+PG_DATES = ("created_at", "updated_at", "observed_at", "expires_at")
+
+
+@pytest.fixture(scope="module")
+def pg_db(pg_server: PgServer) -> Iterator[psycopg.Connection[Any]]:
+    with pg_server.schema() as config:
+        s = '"' + config["collection_name"] + '"'
+        con = psycopg.connect(config["url"], autocommit=True)
+        columns = ", ".join(
+            f"{c} {'timestamptz' if c in PG_DATES else 'text'}" for c in CORE_COLUMNS
+        )
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+        con.execute(
+            f"CREATE TABLE {s}.memories (rowid bigint PRIMARY KEY, {columns}, metadata jsonb)"
+        )
+        con.execute(
+            f"CREATE TABLE {s}.memory_scope (memory_rowid bigint NOT NULL, kind text NOT NULL, "
+            "value text NOT NULL)"
+        )
+        con.execute(f"SET search_path TO {s}")
+        yield con
+        con.close()
+
+
+def pg_load(con: psycopg.Connection[Any], data: Sequence[Row]) -> None:
+    with con.transaction():
+        con.execute("DELETE FROM memory_scope")
+        con.execute("DELETE FROM memories")
+        for rowid, row in enumerate(data, start=1):
+            core: dict[str, Any] = {**row.core, "id": row_id(rowid, row)}
+            for c in PG_DATES:
+                if core.get(c) is not None:
+                    core[c] = datetime.fromisoformat(core[c])
+            con.execute(
+                f"INSERT INTO memories (rowid, {', '.join(CORE_COLUMNS)}, metadata) "
+                f"VALUES (%s, {', '.join('%s' for _ in CORE_COLUMNS)}, %s::jsonb)",
+                (rowid, *(core.get(c) for c in CORE_COLUMNS), json.dumps(row.metadata)),
+            )
+            for kind, values in (("run_id", row.run_ids), ("agent_id", row.agent_ids)):
+                for v in sorted(values):
+                    con.execute("INSERT INTO memory_scope VALUES (%s, %s, %s)", (rowid, kind, v))
+
+
+def pg_rows(con: psycopg.Connection[Any], node: Node, *, negate: bool = False) -> set[int]:
+    sql, params = compile_postgres(node)
+    where = f"NOT COALESCE(({sql}), FALSE)" if negate else sql
+    return {r[0] for r in con.execute(f"SELECT rowid FROM memories AS m WHERE {where}", params)}
+
+
+@dataclass
+class Engine:
+    """One backend's filter compiler on a real database."""
+
+    name: str
+    load: Callable[[Sequence[Row]], None]
+    rows: Callable[..., set[int]]
+    data: Sequence[Row] = ()
+
+    def put(self, data: Sequence[Row]) -> None:
+        self.data = data
+        self.load(data)
+
+    def select(self, filters: Mapping[str, Any]) -> set[int]:
+        """Rows ``filters`` selects, after checking the reference, the oracle and NOT."""
+        node = parse_filters(filters)
+        assert node is not None
+        got = self.rows(node)
+        assert got == ref_rows(self.data, node), (self.name, filters, node)
+        assert got == oracle_rows(self.data, filters), (self.name, filters, node)
+        everything = set(range(1, len(self.data) + 1))
+        assert self.rows(node, negate=True) == everything - got, (self.name, filters)
+        return got
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def engine(request: pytest.FixtureRequest, db: sqlite3.Connection) -> Engine:
+    if request.param == "sqlite":
+        return Engine(
+            "sqlite",
+            lambda data: load(db, data),
+            lambda node, negate=False: sql_rows(db, node, negate=negate),
+        )
+    con: psycopg.Connection[Any] = request.getfixturevalue("pg_db")
+    return Engine(
+        "postgres",
+        lambda data: pg_load(con, data),
+        lambda node, negate=False: pg_rows(con, node, negate=negate),
+    )
+
+
+def test_not_of_a_list_means_none_of_them(engine: Engine) -> None:
+    engine.put(
+        md_rows(
+            {"k": "x", "n": 1},
+            {"k": "y", "n": 2},
+            {"k": "z", "n": 1},
+            {"n": 2},
+            {"k": "x", "n": 2},
+        )
+    )
+    none_of = engine.select({"NOT": [{"k": "x"}, {"k": "y"}]})
+    assert none_of == {3, 4}
+    assert none_of == engine.select({"NOT": {"OR": [{"k": "x"}, {"k": "y"}]}})
+    assert engine.select({"$not": [{"k": "x"}, {"n": 2}]}) == {3}
+    # Each element is one filter: its keys are ANDed, NOT (x AND 2 OR z).
+    assert engine.select({"not": [{"k": "x", "n": 2}, {"k": "z"}]}) == {1, 2, 4}
+    # A one-element list and a plain dict still mean plain NOT.
+    assert engine.select({"NOT": [{"k": "x"}]}) == {2, 3, 4}
+    assert engine.select({"NOT": {"k": "x"}}) == {2, 3, 4}
+    # Not "not all of them": that is NOT of an AND.
+    assert engine.select({"NOT": {"AND": [{"k": "x"}, {"n": 2}]}}) == {1, 2, 3, 4}
+
+
+def test_dollar_logical_keys_work_like_the_platform_spelling(engine: Engine) -> None:
+    engine.put(
+        md_rows(
+            {"category": "food", "rating": 5},
+            {"category": "food", "rating": 2, "tag": "spam"},
+            {"category": "health", "rating": 4},
+            {"category": "work", "rating": 5},
+            {},
+        )
+    )
+    # The shape mem0 hands its vector stores after processing OR/NOT.
+    mem0_style = {
+        "$or": [{"category": "food"}, {"category": "health"}],
+        "$not": [{"tag": "spam"}],
+        "rating": {"gte": 3},
+    }
+    assert engine.select(mem0_style) == {1, 3}
+    assert engine.select({"$and": [{"category": "food"}, {"$not": {"rating": {"lt": 3}}}]}) == {1}
+    assert engine.select({"$or": [{"$and": [{"category": "work"}]}, {"rating": 2}]}) == {2, 4}
+    assert engine.select({"$and": [{"rating": 5}], "AND": [{"category": "work"}]}) == {4}
+
+
+def test_star_means_present_for_metadata_and_scope_ids(engine: Engine) -> None:
+    engine.put(
+        [
+            Row(core={"user_id": "alice", "agent_id": "bot"}, metadata={"k": "v"}),
+            Row(core={"user_id": "bob", "run_id": "s1"}, metadata={"k": None}),
+            Row(core={"user_id": "carol"}, metadata={"k": ["*"]}, run_ids={"s2"}),
+            Row(core={}, metadata={"k": "*"}, agent_ids={"helper"}),
+            Row(core={}, metadata={"k": 0, "other": 1}),
+        ]
+    )
+    assert engine.select({"k": "*"}) == {1, 3, 4, 5}
+    assert engine.select({"user_id": "*"}) == {1, 2, 3}
+    assert engine.select({"agent_id": "*"}) == {1, 4}
+    assert engine.select({"run_id": "*"}) == {2, 3}
+    assert engine.select({"user_id": "*", "run_id": "*"}) == {2, 3}
+    assert engine.select({"NOT": [{"agent_id": "*"}, {"run_id": "*"}]}) == {5}
+    assert engine.select({"$or": [{"agent_id": "*"}, {"metadata.other": "*"}]}) == {1, 4, 5}
+    # Only a plain "*" is special; in an operator dict it is the literal string.
+    assert engine.select({"k": {"eq": "*"}}) == {4}
+    assert engine.select({"k": {"contains": "*"}}) == {3, 4}
+    assert engine.select({"user_id": {"eq": "*"}}) == set()
+
+
+def test_score_is_an_ordinary_metadata_key(engine: Engine) -> None:
+    engine.put(md_rows({"score": 3}, {"score": 1.5}, {"score": "high"}, {}, {"score": True}))
+    assert engine.select({"score": {"gte": 2}}) == {1}
+    assert engine.select({"score": {"lt": 2}}) == {2}
+    assert engine.select({"metadata.score": 3}) == {1}
+    assert engine.select({"score": "*"}) == {1, 2, 3, 5}
+    assert engine.select({"NOT": [{"score": {"gte": 2}}, {"score": "high"}]}) == {2, 4, 5}
+
+
+def test_score_may_be_stored_as_metadata_and_the_other_names_stay_reserved() -> None:
+    assert check_metadata({"score": 3}) == {"score": 3}
+    assert "score" not in RESERVED_METADATA_KEYS
+    for name in ("memory", "deleted_at", "linked_memory_ids", "user_id", "created_at"):
+        assert name in RESERVED_METADATA_KEYS
+        with pytest.raises(MetadataError, match="reserved"):
+            check_metadata({name: 1})
+
+
+def test_memory_stores_and_filters_a_score_metadata_key(mem: Memory) -> None:
+    mem.add("I like green tea", user_id="alice", metadata={"score": 3})
+    mem.add("I like black coffee", user_id="alice", metadata={"score": 1})
+    found = mem.get_all(user_id="alice", filters={"score": {"gte": 2}})["results"]
+    assert [(r["memory"], r["metadata"]) for r in found] == [("I like green tea", {"score": 3})]
+    hits = mem.search("what do I drink?", user_id="alice", filters={"NOT": [{"score": {"lt": 2}}]})[
+        "results"
+    ]
+    assert [r["memory"] for r in hits] == ["I like green tea"]
+    # The relevance score sits beside the metadata, which keeps its own "score".
+    assert isinstance(hits[0]["score"], float)
+    assert hits[0]["metadata"] == {"score": 3}
+    both = mem.get_all(filters={"$or": [{"score": 3}, {"score": 1}], "user_id": "alice"})
+    assert len(both["results"]) == 2
+    # "*" on a scope id is a condition inside the caller's scope, never a scope itself.
+    assert len(mem.get_all(user_id="alice", filters={"user_id": "*"})["results"]) == 2
+    assert mem.get_all(user_id="alice", filters={"agent_id": "*"})["results"] == []
+    with pytest.raises(ScopeError):
+        mem.get_all(filters={"user_id": "*"})

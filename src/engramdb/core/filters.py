@@ -1,10 +1,11 @@
 """The filter language: parsed once into a small AST, compiled per backend.
 
 A filter is a dict in mem0's shape (``{"category": "work", "score": {"gte": 5}}``,
-``{"OR": [{...}, {...}]}``). :func:`parse_filters` validates it and normalises every
-value once (dates to the stored UTC format, ``None`` to absence tests, whole days to
-ranges), so a compiler only has to emit syntax. :func:`compile_sqlite` is the SQLite
-compiler; :func:`evaluate` is the reference semantics every compiler must agree with.
+``{"OR": [{...}, {...}]}``, ``{"$not": [{...}, {...}]}``). :func:`parse_filters`
+validates it and normalises every value once (dates to the stored UTC format, ``None``
+to absence tests, whole days to ranges), so a compiler only has to emit syntax.
+:func:`compile_sqlite` is the SQLite compiler; :func:`evaluate` is the reference
+semantics every compiler must agree with.
 The full language reference is ``docs/filters.md``.
 
 The semantics in one paragraph: values are typed (string, number, boolean) and a
@@ -110,9 +111,10 @@ CORE_FIELDS: Final = TEXT_FIELDS + DATE_FIELDS + MULTI_VALUED_FIELDS
 METADATA_PREFIX: Final = "metadata."
 #: Names of the memory record that metadata may not use (see core/validate.py) but
 #: that are not filterable either: as metadata keys they would silently never match.
+#: ``score`` is not among them: it is not stored with a memory, so (as in mem0) it is
+#: an ordinary metadata key; the relevance score is bounded with ``threshold=``.
 _NOT_FILTERABLE: Final = {
     "memory": "the memory text is searched through the query, not filters",
-    "score": "the relevance score is bounded with search(threshold=...)",
     "deleted_at": "deleted memories are never listed; use history() to see them",
     "linked_memory_ids": "links are not filterable",
 }
@@ -120,11 +122,23 @@ _NOT_FILTERABLE: Final = {
 OPERATORS: Final = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "icontains")
 _AST_OPERATORS: Final = frozenset((*OPERATORS, "exists"))
 _ORDERING: Final = frozenset(("gt", "gte", "lt", "lte"))
-#: Both spellings are accepted because LLM-written and hand-written filters mix them;
-#: other casings ("And") are not, so they cannot silently become metadata keys
-#: (their list value is rejected with a hint instead).
+#: mem0's platform spelling (``AND``), lowercase, and the Mongo-style spelling mem0's
+#: vector stores translate to (``$and``) are all accepted, because LLM-written and
+#: hand-written filters mix them. Other casings ("And") are not, so they cannot
+#: silently become metadata keys (their list value is rejected with a hint instead),
+#: and any other bare name starting with ``$`` is an error (see ``_dollar_key``).
 LOGICAL_KEYS: Final[Mapping[str, str]] = MappingProxyType(
-    {"AND": "AND", "OR": "OR", "NOT": "NOT", "and": "AND", "or": "OR", "not": "NOT"}
+    {
+        "AND": "AND",
+        "OR": "OR",
+        "NOT": "NOT",
+        "and": "AND",
+        "or": "OR",
+        "not": "NOT",
+        "$and": "AND",
+        "$or": "OR",
+        "$not": "NOT",
+    }
 )
 
 MAX_DEPTH: Final = 32
@@ -198,10 +212,11 @@ def split_scope(filters: Mapping[str, Any] | None) -> tuple[dict[str, str], dict
 
     A scope id is a top-level key whose value is a plain string other than ``"*"``;
     the same shape directly inside a top-level ``AND`` list (mem0's platform style,
-    ``{"AND": [{"user_id": "alice"}, ...]}``) is lifted too, because a conjunct there
-    is just as required. A second, different value for an id already lifted stays in
-    the rest (the filter then matches nothing, which is what it says). Operator dicts,
-    ``"*"`` and non-strings stay in the rest, where :func:`parse_filters` judges them.
+    ``{"AND": [{"user_id": "alice"}, ...]}``, or ``and``/``$and``) is lifted too,
+    because a conjunct there is just as required. A second, different value for an id
+    already lifted stays in the rest (the filter then matches nothing, which is what it
+    says). Operator dicts, ``"*"`` and non-strings stay in the rest, where
+    :func:`parse_filters` judges them.
     Returns ``(scope, rest)``; the input is not modified.
     """
     if filters is None:
@@ -327,30 +342,53 @@ def _parse_mapping(value: object, where: str, depth: int, budget: _Budget) -> No
         if not isinstance(key, str):
             raise FilterError(f"{key_where}: field names must be strings, got {_describe(key)}")
         logical = LOGICAL_KEYS.get(key)
-        if logical is None:
-            parts.append(_parse_field(key, item, key_where, budget))
-        else:
+        if logical is not None:
             parts.append(_parse_logical(logical, item, key_where, depth, budget))
+        elif key.startswith("$"):
+            raise _dollar_key(key, key_where)
+        else:
+            parts.append(_parse_field(key, item, key_where, budget))
     return _and(parts)
+
+
+def _dollar_key(key: str, where: str) -> FilterError:
+    # A bare "$..." name beside field names is a Mongo-style operator ($nor, $gt,
+    # $exists...), never a metadata key by accident: taken as one it would silently
+    # match nothing. A metadata key that really starts with "$" is spelled explicitly.
+    bare = key[1:].lower()
+    if bare in ("and", "or", "not"):
+        hint = f"write {'$' + bare!r} (or {bare.upper()!r})"
+    elif bare in OPERATORS:
+        hint = (
+            f"operators go inside a field's dict and take no '$': {{'rating': {{{bare!r}: ...}}}}"
+        )
+    elif bare == "exists":
+        hint = "give a field the plain value '*' for 'is present' and None for 'is absent'"
+    else:
+        hint = "the logical keys are AND, OR and NOT, also spelled and/or/not and $and/$or/$not"
+    return FilterError(
+        f"{where}: {key!r} is not a logical key or a field ({hint}); a metadata key that "
+        f"starts with '$' is written {METADATA_PREFIX + key!r}"
+    )
 
 
 def _parse_logical(logical: str, item: object, where: str, depth: int, budget: _Budget) -> Node:
     budget.node(where)
     if logical == "NOT":
-        if _is_list(item):
-            if len(item) != 1:
-                raise FilterError(
-                    f"{where}: NOT takes one filter dict (or a one-element list), got a list "
-                    f"of {len(item)}; to exclude any of several conditions write "
-                    "{'NOT': {'OR': [...]}}"
-                )
-            return _negate(_parse_mapping(item[0], f"{where}[0]", depth + 1, budget))
-        if not isinstance(item, Mapping):
+        if isinstance(item, Mapping):
+            return _negate(_parse_mapping(item, where, depth + 1, budget))
+        if not _is_list(item) or not item:
             raise FilterError(
                 f"{where}: NOT takes a filter dict such as {{'NOT': {{'status': 'done'}}}}, "
-                f"got {_describe(item)}"
+                "or a non-empty list of filter dicts none of which may match "
+                f"({{'NOT': [a, b]}} is NOT (a OR b), as in mem0), got {_describe(item)}"
             )
-        return _negate(_parse_mapping(item, where, depth + 1, budget))
+        # As in mem0: a list means "none of them", NOT (a OR b OR ...).
+        negated = [
+            _parse_mapping(child, f"{where}[{i}]", depth + 1, budget)
+            for i, child in enumerate(item)
+        ]
+        return _negate(negated[0] if len(negated) == 1 else Or(tuple(negated)))
     if not _is_list(item) or not item:
         raise FilterError(
             f"{where}: {logical} takes a non-empty list of filter dicts, e.g. "
@@ -403,8 +441,8 @@ def _parse_field(name: str, item: object, where: str, budget: _Budget) -> Node:
         return Cmp(field, "exists", None)
     if _is_list(item):
         hint = ""
-        if name.isupper() or name.startswith("$"):
-            hint = " (the logical keys are AND, OR and NOT)"
+        if name.isupper() or name.lower() in ("and", "or", "not"):
+            hint = " (the logical keys are AND, OR and NOT, also and/or/not and $and/$or/$not)"
         raise FilterError(
             f"{where}: a list is not a plain value{hint}; use {{'in': [...]}} to match any of "
             "several values, or {'contains': x} to test whether a stored list holds x"

@@ -49,11 +49,17 @@ RESERVED_METADATA_KEYS = frozenset(
         "observed_at",
         "expires_at",
         "deleted_at",
-        "score",
         "linked_memory_ids",
     }
 )
-"""Keys that name fields of the memory itself; metadata may not shadow them."""
+"""Keys that name fields of the memory itself; metadata may not shadow them.
+
+A filter names these fields by their bare name, so a metadata key of the same name
+could only be reached as ``metadata.<key>`` and would surprise everyone else.
+``score`` is not reserved: it is not stored with a memory (search computes it and
+returns it beside ``metadata``), so, as in mem0, it is an ordinary metadata key and
+``{"score": {"gte": 2}}`` filters it (see docs/filters.md).
+"""
 
 MAX_ID_CHARS = 256
 _ROLES = ("user", "assistant", "system", "tool")
