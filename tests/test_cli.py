@@ -179,10 +179,10 @@ def test_expected_errors_exit_1_with_message_on_stderr(tmp_path: Path) -> None:
     assert_fails(run(db, "list", "-u", "alice", "--filters", "{"), "--filters is not valid JSON")
     assert_fails(run(db, "list", "-u", "alice", "--top-k", "0"), "top_k must be at least 1")
     bad_config = tmp_path / "config.json"
-    bad_config.write_text('{"vector_store": {"provider": "chroma"}}', encoding="utf-8")
+    bad_config.write_text('{"vector_store": {"provider": "pinecone"}}', encoding="utf-8")
     assert_fails(
         runner.invoke(app, ["--config", str(bad_config), "list", "-u", "a"]),
-        "unknown vector_store provider 'chroma'",
+        "unknown vector_store provider 'pinecone'",
     )
     bad_import = tmp_path / "bad.jsonl"
     bad_import.write_text("not json\n", encoding="utf-8")

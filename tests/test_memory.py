@@ -505,7 +505,7 @@ def test_from_config_mem0_shape(tmp_path: Path) -> None:
     ("cfg", "match"),
     [
         (
-            {"vector_store": {"provider": "qdrant"}},
+            {"vector_store": {"provider": "pinecone"}},
             "supported vector_store providers: pgvector, postgres, postgresql, sqlite",
         ),
         ({"embedder": {"provider": "magic"}}, "supported embedder providers"),
@@ -521,7 +521,7 @@ def test_bad_config(tmp_path: Path, cfg: dict[str, Any], match: str) -> None:
 
 def test_unknown_provider_error_lists_supported() -> None:
     with pytest.raises(UnknownProviderError) as info:
-        Memory.from_config({"vector_store": {"provider": "chroma"}})
+        Memory.from_config({"vector_store": {"provider": "pinecone"}})
     assert info.value.supported == sorted(SUPPORTED_STORES)
 
 

@@ -154,7 +154,8 @@ def test_explain_shows_every_part_and_rank(mem: Memory) -> None:
     explain = top["score_details"]
     for key in ("semantic", "bm25", "entity", "actor", "fusion", "method", "rank", "parts"):
         assert key in explain
-    assert explain["fusion"] == top["score"]
+    # the score is the fused score read through the calibration curve (search.py)
+    assert FusionConfig().calibration.apply(explain["fusion"]) == top["score"]  # type: ignore[union-attr]
     assert explain["actor"] == 1.0  # Ana said it, and the query names her
     assert "biscuit" in explain["entities"]
     assert set(explain["rank"]) == {"semantic", "bm25", "entity"}
@@ -179,7 +180,68 @@ def test_threshold_applies_to_the_final_score(
         cut = (scores[0] + scores[-1]) / 2
         kept = m.search("cello", user_id="u", threshold=cut, explain=True)["results"]
         assert [r["score"] for r in kept] == [s for s in scores if s >= cut]
-        assert all(r["score_details"]["fusion"] >= cut for r in kept)
+        cal = preset.calibration
+        assert all(
+            (cal.apply(r["score_details"]["fusion"]) if cal else r["score_details"]["fusion"])
+            >= cut
+            for r in kept
+        )
+
+
+# -- the score's scale --------------------------------------------------------------------
+
+_CORPUS = [
+    "I adopted a grey cat called Miso last spring",
+    "My sister lives in Porto and teaches chemistry",
+    "We are driving to the mountains for a week in August",
+    "I have been learning the cello for two years",
+    "The bakery on our street makes the best sourdough",
+    "My daughter starts school in September",
+]
+
+
+def test_calibration_keeps_the_fused_ranking(db_path: Path, embedder: LocalEmbedder) -> None:
+    with open_mem(db_path, embedder) as m:
+        for text in _CORPUS:
+            m.add(text, user_id="u", infer=False)
+        for query in ["cat", "where does my sister live", "music lessons", "holiday plans"]:
+            hits = m.search(query, user_id="u", explain=True)["results"]
+            fused = [h["score_details"]["fusion"] for h in hits]
+            assert fused == sorted(fused, reverse=True)
+            assert [h["score"] for h in hits] == [
+                FusionConfig().calibration.apply(f)  # type: ignore[union-attr]
+                for f in fused
+            ]
+    with open_mem(db_path, embedder, calibration=None) as raw:
+        for query in ["cat", "holiday plans"]:
+            hits = raw.search(query, user_id="u", explain=True)["results"]
+            assert [h["score"] for h in hits] == [h["score_details"]["fusion"] for h in hits]
+
+
+def test_an_exact_repeat_scores_near_1_and_unrelated_text_near_0(
+    db_path: Path, embedder: LocalEmbedder
+) -> None:
+    # mem0's users set thresholds on a similarity scale (exact = 1); the default
+    # calibration (fitted on LoCoMo dev, engram bench calibration) keeps that meaning.
+    # The bundled demo conversation: 36 real-length messages in one scope.
+    demo = json.loads(
+        (Path(__file__).parents[1] / "src/engramdb/data/demo_conversation.json").read_text()
+    )
+    said = [msg["content"] for session in demo["sessions"] for msg in session["messages"]]
+    with open_mem(db_path, embedder) as m:
+        for session in demo["sessions"]:
+            m.add(session["messages"], user_id="u", infer=False)
+        exact = []
+        for text in said:
+            top = m.search(text, user_id="u")["results"][0]
+            assert top["memory"] == text, text
+            exact.append(top["score"])
+        exact.sort()
+        assert exact[len(exact) // 10] >= 0.9 and exact[0] >= 0.6, exact[:5]
+        for query in ["quantum chromodynamics on a lattice", "the tax code of Paraguay"]:
+            best = m.search(query, user_id="u")["results"][0]["score"]
+            assert best <= 0.1, (query, best)
+        assert m.search("what is the capital of Peru", user_id="u", threshold=0.7)["results"] == []
 
 
 # -- entity links follow the memory ---------------------------------------------------------

@@ -777,10 +777,7 @@ def test_the_async_protocol_mirrors_the_sync_one() -> None:
 
     def methods(proto: type) -> dict[str, list[tuple[str, Any, Any]]]:
         return {
-            name: [
-                (p.name, p.kind, p.default)
-                for p in inspect.signature(fn).parameters.values()
-            ]
+            name: [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
             for name, fn in vars(proto).items()
             if callable(fn) and not name.startswith("_")
         }

@@ -604,6 +604,10 @@ class Operations:
             include_expired=include_expired,
         )
         hits = fuse(candidates, cfg, plan)[:want]
+        if cfg.calibration is not None:
+            # The fused order stands; the score is read from it (search.py), before a
+            # reranker blends its grades in on the same scale.
+            hits = [Hit(h.row, cfg.calibration.apply(h.score), h.explain) for h in hits]
         if second is not None and self.reranker is not None and len(hits) > 1:
             try:
                 grades = yield from self.reranker.rerank(query, [h.row.text for h in hits])
@@ -903,9 +907,10 @@ class Operations:
         found: list[tuple[MemoryRow, dict[str, Any]]] = []
         seen = {h.row.id for h in hits}
         for hit in hits:
-            if thr is not None and hit.score < thr:
+            score = hit.score
+            if thr is not None and score < thr:
                 continue
-            out: dict[str, Any] = {"score": hit.score}
+            out: dict[str, Any] = {"score": score}
             if explain:
                 out["score_details"] = hit.explain
             found.append((hit.row, out))
@@ -916,7 +921,7 @@ class Operations:
                     seen.add(linked_id)
                     linked = self._seen((yield from store_call(Store.get, linked_id)), scope)
                     if linked is not None:
-                        found.append((linked, {"score": hit.score, "linked_from": hit.row.id}))
+                        found.append((linked, {"score": score, "linked_from": hit.row.id}))
         shown = yield from self._linkable([row for row, _ in found])
         return {"results": [{**item(row, shown), **extra} for row, extra in found]}
 

@@ -37,12 +37,40 @@ __all__ = [
     "FusionConfig",
     "Hit",
     "QueryPlan",
+    "ScoreCalibration",
     "apply_rerank",
     "document_terms",
     "document_text",
     "fuse",
     "plan_query",
 ]
+
+
+class ScoreCalibration(BaseModel):
+    """The curve from a fused score to the ``score`` search returns: exact ~ 1, unrelated ~ 0.
+
+    ``score = 1 / (1 + exp(-(fused - center) / width))``: strictly increasing,
+    so results keep the fused order; ``threshold`` applies to the calibrated
+    score, and ``score_details["fusion"]`` keeps the fused one. The defaults
+    are fitted on LoCoMo dev for the default fusion (``engram bench
+    calibration``, docs/retrieval.md): an exact repeat of a memory's text
+    scores about 0.95, the best hit of an unrelated query about 0.05, so a
+    threshold tuned on mem0's similarity scale keeps roughly its meaning.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    center: float = Field(default=0.57, ge=0, le=1)
+    """The fused score that maps to 0.5."""
+    width: float = Field(default=0.044, gt=0, le=1)
+    """How fast the curve rises around ``center`` (fused units per e-fold)."""
+
+    def apply(self, fused: float) -> float:
+        """The calibrated score of a fused score."""
+        z = (fused - self.center) / self.width
+        if z < -700:
+            return 0.0
+        return 1.0 / (1.0 + math.exp(-z))
 
 
 class FusionConfig(BaseModel):
@@ -84,6 +112,9 @@ class FusionConfig(BaseModel):
     """Candidates taken from each ranked signal (at least ``top_k``)."""
     rerank: RerankConfig | None = None
     """An optional second stage on the best fused hits (off by default)."""
+    calibration: ScoreCalibration | None = ScoreCalibration()
+    """How the returned ``score`` is read from the fused one; ``None``: the fused score
+    itself. Fitted for the default weights; the presets other than the default turn it off."""
     context_messages: int = Field(default=1, ge=0, le=10)
     """Index time, ``add(infer=False)``: the words of this many preceding messages of
     the conversation are added to each stored message's keyword terms (its text
@@ -94,9 +125,11 @@ class FusionConfig(BaseModel):
 
 
 HYBRID_WEIGHTED = FusionConfig()
-HYBRID_RRF = FusionConfig(method="rrf", entity_weight=0.5, actor_weight=0.5)
-DENSE_ONLY = FusionConfig(bm25_weight=0.0, entity_weight=0.0, actor_weight=0.0)
-KEYWORD_ONLY = FusionConfig(semantic_weight=0.0, entity_weight=0.0, actor_weight=0.0)
+HYBRID_RRF = FusionConfig(method="rrf", entity_weight=0.5, actor_weight=0.5, calibration=None)
+DENSE_ONLY = FusionConfig(bm25_weight=0.0, entity_weight=0.0, actor_weight=0.0, calibration=None)
+KEYWORD_ONLY = FusionConfig(
+    semantic_weight=0.0, entity_weight=0.0, actor_weight=0.0, calibration=None
+)
 
 
 @dataclass

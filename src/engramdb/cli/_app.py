@@ -257,7 +257,7 @@ def _memory_cell(item: dict[str, Any], *extra: str) -> Text:
 
 def _memories_table(items: list[dict[str, Any]], *, title: str | None = None) -> Table:
     """Memories as rows; a score column appears when the results carry scores."""
-    scored = any("score" in item for item in items)
+    scored = any(item.get("score") is not None for item in items)
     table = Table(title=title, title_justify="left", show_lines=True)
     if scored:
         table.add_column("score", justify="right", no_wrap=True)
@@ -269,7 +269,7 @@ def _memories_table(items: list[dict[str, Any]], *, title: str | None = None) ->
     for item in items:
         row: list[Text | str] = []
         if scored:
-            row.append(f"{item.get('score', 0.0):.3f}")
+            row.append(f"{item.get('score') or 0.0:.3f}")
         explain = item.get("score_details")
         extra = [_explain_text(explain)] if isinstance(explain, dict) else []
         row += [

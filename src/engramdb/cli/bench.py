@@ -214,6 +214,37 @@ def bench_locomo_retrieval(
     _note(f"wrote {out}" + (f" and {plot}" if plot else ""))
 
 
+@bench_app.command("calibration")
+def bench_calibration(
+    data: LocomoFile = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="FILE",
+            help="Where to write the JSON report (default: calibration.json here).",
+            dir_okay=False,
+        ),
+    ] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """What a search score means: exact repeats ~ 1, unrelated hits ~ 0, per held-out fold."""
+    from engramdb.bench import calibration as bench
+
+    data = _locomo(data)
+    out = out or Path("calibration.json")
+    with _expected_errors():
+        try:
+            report = bench.run(data, out=out, progress=_note)
+        except (ValueError, KeyError) as exc:
+            _fail(f"{data}: {exc}")
+    if json_out:
+        _print_json(report)
+        return
+    _say(bench.format_report(report))
+    _note(f"wrote {out}")
+
+
 @bench_app.command("perf")
 def bench_perf(
     sizes: Annotated[

@@ -40,6 +40,7 @@ from engramdb.cli._app import (
     _when,
     app,
 )
+from engramdb.errors import MemoryNotFoundError
 from engramdb.memory import Memory
 
 
@@ -296,7 +297,16 @@ def history(
     json_out: JsonOut = False,
 ) -> None:
     """Show every change of a memory, oldest first (Memory.history)."""
-    events = _call(ctx, lambda m: m.history(memory_id))
+
+    def changes(m: Memory) -> list[dict[str, Any]]:
+        # The library answers [] for an unknown id (as mem0 does); a person asked
+        # about one memory: say it is not there.
+        events = m.history(memory_id)
+        if not events:
+            raise MemoryNotFoundError(memory_id)
+        return events
+
+    events = _call(ctx, changes)
     if json_out:
         _print_json(events)
         return

@@ -1,0 +1,66 @@
+"""``engram bench calibration`` on a slice of LoCoMo dev, and the fit itself."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from engramdb.bench import calibration
+from engramdb.bench._locomo import default_data_path
+from engramdb.embedders import LocalEmbedder
+from engramdb.search import ScoreCalibration
+
+_DATA = default_data_path()
+
+
+def test_fit_puts_the_two_percentiles_at_0_9_and_0_1() -> None:
+    exact = [0.70 + 0.01 * i for i in range(11)]  # 10th percentile 0.71
+    unrelated = [0.20 + 0.01 * i for i in range(11)]  # 90th percentile 0.29
+    cal = calibration.fit(exact, unrelated)
+    assert cal.center == pytest.approx(0.5, abs=1e-4)
+    assert cal.apply(0.71) == pytest.approx(0.9, abs=1e-3)
+    assert cal.apply(0.29) == pytest.approx(0.1, abs=1e-3)
+    with pytest.raises(ValueError, match="do not score above"):
+        calibration.fit([0.3, 0.3], [0.5, 0.5])
+
+
+def test_the_curve_is_strictly_increasing_and_bounded() -> None:
+    cal = ScoreCalibration()
+    xs = [i / 1000 for i in range(1001)]
+    ys = [cal.apply(x) for x in xs]
+    assert all(0.0 <= y <= 1.0 for y in ys)
+    assert all(b > a for a, b in itertools.pairwise(ys) if 1e-12 < b < 1 - 1e-12)
+    assert ScoreCalibration(center=1.0, width=0.001).apply(0.0) == 0.0  # exp overflow guarded
+    assert math.isclose(cal.apply(cal.center), 0.5)
+
+
+@pytest.mark.skipif(_DATA is None or not _DATA.is_file(), reason="LoCoMo data not found")
+def test_run_on_two_short_conversations(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    assert _DATA is not None
+    samples = json.loads(_DATA.read_text(encoding="utf-8"))[:2]
+    for sample in samples:  # the first two sessions of each, and questions about them
+        conv = sample["conversation"]
+        keep = {"session_1", "session_2"}
+        for key in list(conv):
+            if key.startswith("session_") and key.split("_date_time")[0] not in keep:
+                del conv[key]
+        said = {t["dia_id"] for k in keep for t in conv.get(k, [])}
+        sample["qa"] = [q for q in sample["qa"] if set(q.get("evidence", [])) <= said][:15]
+        sample.pop("observation", None)
+        sample.pop("session_summary", None)
+    data = tmp_path / "slice.json"
+    data.write_text(json.dumps(samples), encoding="utf-8")
+    out = tmp_path / "calibration.json"
+    report = calibration.run(data, out=out, embedder=embedder)
+    assert json.loads(out.read_text(encoding="utf-8")) == report
+    assert [f["held_out"] for f in report["folds"]] == [s["sample_id"] for s in samples]
+    for fold in report["folds"]:
+        # a fit on the other conversation still separates exact repeats from unrelated hits
+        assert fold["exact_median"] > 0.8 and fold["unrelated_median"] < 0.2, fold
+        assert sum(b["hits"] for b in fold["bands"]) > 0
+    assert report["default"] == ScoreCalibration().model_dump()
+    assert "held-out fold" in calibration.format_report(report)
