@@ -57,6 +57,12 @@ class Engine(StrEnum):
     SYNC = "sync"
 
 
+class Compat(StrEnum):
+    """Another server's REST API that ``engram serve`` can speak instead of its own."""
+
+    MEM0 = "mem0"
+
+
 def _server() -> Any:
     """Import the server package, or explain which extra installs it."""
     try:
@@ -103,6 +109,15 @@ def serve(
     max_messages: Annotated[
         int, typer.Option(metavar="N", help="Most messages in one add request.")
     ] = 100,
+    compat: Annotated[
+        Compat | None,
+        typer.Option(
+            help=(
+                "Serve another server's REST API instead of engramdb's: mem0 (the routes, "
+                "bodies and errors of mem0's open-source server; see docs/server.md)."
+            )
+        ),
+    ] = None,
     log_level: LogLevel = "info",
     json_out: Annotated[
         bool,
@@ -120,11 +135,14 @@ def serve(
         memory = _open_async(ctx, engine)
         url = f"http://{host}:{port}"
         info = {"url": url, "engine": engine.value, "keys": str(keys.path), "auth": keys.any_keys()}
+        if compat is not None:
+            info["compat"] = compat.value
         if json_out:
             _print_json(info)
         else:
             auth = "API keys required" if info["auth"] else "no API keys: open to this machine"
-            _note(f"engram serving {url} ({engine.value} engine; {auth}); docs at {url}/docs")
+            api = f"; {compat.value}'s REST API" if compat is not None else ""
+            _note(f"engram serving {url} ({engine.value} engine; {auth}{api}); docs at {url}/docs")
         server.serve(
             memory,
             host=host,
@@ -133,6 +151,7 @@ def serve(
             limits=limits,
             insecure=insecure,
             log_level=log_level,
+            compat=compat.value if compat is not None else None,
         )
 
 

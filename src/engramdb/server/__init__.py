@@ -8,7 +8,9 @@ Needs the ``server`` extra (``pip install 'engramdb[server]'``). Start them with
 
     app = create_app(AsyncMemory("engram.db"), keys=KeyStore("keys.db"))
 
-See docs/server.md for the routes, authentication, limits and errors.
+``create_app(..., compat="mem0")`` (``engram serve --compat mem0``) serves the
+REST API of mem0's open-source server instead. See docs/server.md for the
+routes, authentication, limits and errors of both.
 """
 
 from engramdb.server.app import create_app

@@ -8,6 +8,10 @@ models), resolves the caller from the API key, calls one service method and
 returns the library's result unchanged. Every error is
 ``{"error": {"code", "message"}}`` with a 4xx status for bad input
 (:mod:`engramdb.server.errors`).
+
+``create_app(compat="mem0")`` serves mem0's own routes, bodies and error
+shapes instead (:mod:`engramdb.server.mem0_compat`); restore, purge, export
+and the open routes are served in both modes.
 """
 
 from __future__ import annotations
@@ -22,10 +26,9 @@ from contextlib import asynccontextmanager
 from typing import IO, Annotated, Any, Literal
 
 import anyio.to_thread
-from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, StreamingResponse
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -44,12 +47,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from engramdb import __version__
 from engramdb.errors import EngramError
 from engramdb.memory import AsyncMemory, Memory
+from engramdb.server import mem0_compat
+from engramdb.server.auth import CallerDep
 from engramdb.server.errors import describe_error
 from engramdb.server.keys import KeyStore
 from engramdb.server.service import MemoryService, ServerLimits
-from engramdb.server.tenancy import Caller
 
-__all__ = ["create_app"]
+__all__ = ["COMPAT_MODES", "create_app"]
 
 log = logging.getLogger("engramdb.server")
 
@@ -301,11 +305,15 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 class _BodyLimit:
-    """Refuse request bodies over the limit before they are read or parsed (HTTP 413)."""
+    """Refuse request bodies over the limit before they are read or parsed (HTTP 413).
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    ``mem0_errors``: answer mem0's ``{"detail": ...}`` instead of engramdb's envelope.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, mem0_errors: bool = False) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.mem0_errors = mem0_errors
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -319,7 +327,10 @@ class _BodyLimit:
                 except ValueError:
                     declared = None
         if declared is not None and declared > self.max_bytes:
-            response = _error(413, "payload_too_large", self._message())
+            if self.mem0_errors:
+                response = JSONResponse({"detail": self._message()}, status_code=413)
+            else:
+                response = _error(413, "payload_too_large", self._message())
             response.headers["Connection"] = "close"
             await response(scope, receive, send)
             return
@@ -417,43 +428,6 @@ class _LLMCollector(Collector):
         yield tokens
 
 
-# -- authentication -------------------------------------------------------------------------
-
-_bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <key>`")
-_api_key = APIKeyHeader(name="X-API-Key", auto_error=False, description="`X-API-Key: <key>`")
-
-
-class _Unauthorized(StarletteHTTPException):
-    def __init__(self, message: str) -> None:
-        super().__init__(401, message, headers={"WWW-Authenticate": "Bearer"})
-
-
-async def _caller(
-    request: Request,
-    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    api_key: Annotated[str | None, Depends(_api_key)],
-) -> Caller:
-    """The caller of a request, from its API key (see :func:`create_app` for the rules)."""
-    keys: KeyStore | None = request.app.state.keys
-    given = bearer.credentials if bearer is not None else api_key
-    if given is None:
-        if keys is not None and keys.any_keys():
-            raise _Unauthorized(
-                "this server needs an API key: send 'Authorization: Bearer <key>' or "
-                "'X-API-Key: <key>' (create one with `engram keys create`)"
-            )
-        return Caller()
-    if keys is None:
-        raise _Unauthorized("this server has no API keys; send the request without one")
-    found = keys.verify(given.strip())
-    if found is None:
-        raise _Unauthorized("the API key is unknown or revoked")
-    return Caller(bound=found.scope, key_id=found.id)
-
-
-CallerDep = Annotated[Caller, Depends(_caller)]
-
-
 # -- the docs page --------------------------------------------------------------------------
 
 
@@ -512,12 +486,17 @@ _DESCRIPTION = (
 )
 
 
+COMPAT_MODES: tuple[str, ...] = ("mem0",)
+"""The values of ``create_app(compat=...)`` besides ``None`` (engramdb's own API)."""
+
+
 def create_app(
     memory: AsyncMemory | Memory,
     *,
     keys: KeyStore | None = None,
     limits: ServerLimits | None = None,
     close_memory: bool = False,
+    compat: Literal["mem0"] | None = None,
 ) -> FastAPI:
     """Build the REST app serving ``memory``.
 
@@ -528,7 +507,18 @@ def create_app(
     needs one; without keys (or with ``keys=None``) every caller acts as an
     admin, which :func:`engramdb.server.runner.serve` only allows on loopback.
     With ``close_memory`` the app closes ``memory`` when it shuts down.
+
+    ``compat="mem0"`` serves mem0's REST routes, bodies and ``{"detail": ...}``
+    errors instead of engramdb's own (:mod:`engramdb.server.mem0_compat`),
+    over the same service, keys and scoping rules.
+
+    Raises:
+        ValueError: ``compat`` is not ``None`` or one of :data:`COMPAT_MODES`.
     """
+    if compat is not None and compat not in COMPAT_MODES:
+        raise ValueError(
+            f"unknown compatibility mode {compat!r}; the modes are: {', '.join(COMPAT_MODES)}"
+        )
     service = MemoryService(memory, limits)
     lim = service.limits
     registry = CollectorRegistry()
@@ -546,9 +536,9 @@ def create_app(
                     memory.close()
 
     app = FastAPI(
-        title="engramdb",
+        title="engramdb" if compat is None else f"engramdb ({compat} compatibility mode)",
         version=__version__,
-        description=_DESCRIPTION,
+        description=_DESCRIPTION if compat is None else mem0_compat.DESCRIPTION,
         docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
@@ -556,15 +546,22 @@ def create_app(
     app.state.service = service
     app.state.keys = keys
     app.state.registry = registry
-    _install_error_handlers(app)
-    app.add_middleware(_BodyLimit, max_bytes=lim.max_body_bytes)
+    app.state.compat = compat
+    if compat == "mem0":
+        mem0_compat.install_error_handlers(app)
+    else:
+        _install_error_handlers(app)
+    app.add_middleware(_BodyLimit, max_bytes=lim.max_body_bytes, mem0_errors=compat == "mem0")
     app.add_middleware(_Metrics, registry=registry)
 
     # -- open routes --
 
     @app.get("/healthz", tags=["server"], summary="Liveness: answers while the server runs.")
     async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "version": __version__, "engine": service.engine}
+        health = {"status": "ok", "version": __version__, "engine": service.engine}
+        if compat is not None:
+            health["compat"] = compat
+        return health
 
     @app.get("/metrics", tags=["server"], summary="Prometheus metrics.", response_class=Response)
     async def metrics() -> Response:
@@ -577,6 +574,11 @@ def create_app(
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:
         return RedirectResponse("/docs")
+
+    if compat == "mem0":
+        mem0_compat.install_routes(app, service)
+        _extra_routes(app, service)
+        return app
 
     # -- memories of a scope --
 
@@ -670,44 +672,6 @@ def create_app(
             expand_links=body.expand_links,
         )
 
-    @app.post(
-        "/purge",
-        tags=["memories"],
-        summary="Erase one memory or a named scope for good, with history (Memory.purge).",
-        responses={200: {"model": MessageOut}, **_errors(403, 404)},
-    )
-    async def purge(body: PurgeRequest, caller: CallerDep) -> dict[str, Any]:
-        return await service.purge(
-            caller,
-            body.memory_id,
-            user_id=body.user_id,
-            agent_id=body.agent_id,
-            run_id=body.run_id,
-        )
-
-    @app.get(
-        "/export",
-        tags=["memories"],
-        summary="The caller's memories with history and vectors, as JSON lines (export).",
-        response_class=StreamingResponse,
-        responses={
-            200: {"content": {"application/x-ndjson": {}}, "description": "JSON lines."},
-            **_errors(403),
-        },
-    )
-    async def export(
-        caller: CallerDep,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-    ) -> StreamingResponse:
-        lines = service.export_lines(caller, user_id=user_id, agent_id=agent_id, run_id=run_id)
-        # Written whole in one worker thread: the store's read transaction must not
-        # hop between threads. The scope is checked before anything is sent, so a
-        # refusal is a proper error response, not a stream cut short.
-        spool = await anyio.to_thread.run_sync(_spool, lines)
-        return StreamingResponse(_read_spool(spool), media_type="application/x-ndjson")
-
     # -- one memory --
 
     @app.get(
@@ -759,6 +723,13 @@ def create_app(
     async def history(memory_id: MemoryId, caller: CallerDep) -> list[dict[str, Any]]:
         return await service.history(caller, memory_id)
 
+    _extra_routes(app, service)
+    return app
+
+
+def _extra_routes(app: FastAPI, service: MemoryService) -> None:
+    """Add the routes mem0 has no counterpart for: restore, purge, export (both modes)."""
+
     @app.post(
         "/memories/{memory_id}/restore",
         tags=["memory"],
@@ -771,7 +742,43 @@ def create_app(
         version = body.version if body is not None else None
         return await service.restore(caller, memory_id, version=version)
 
-    return app
+    @app.post(
+        "/purge",
+        tags=["memories"],
+        summary="Erase one memory or a named scope for good, with history (Memory.purge).",
+        responses={200: {"model": MessageOut}, **_errors(403, 404)},
+    )
+    async def purge(body: PurgeRequest, caller: CallerDep) -> dict[str, Any]:
+        return await service.purge(
+            caller,
+            body.memory_id,
+            user_id=body.user_id,
+            agent_id=body.agent_id,
+            run_id=body.run_id,
+        )
+
+    @app.get(
+        "/export",
+        tags=["memories"],
+        summary="The caller's memories with history and vectors, as JSON lines (export).",
+        response_class=StreamingResponse,
+        responses={
+            200: {"content": {"application/x-ndjson": {}}, "description": "JSON lines."},
+            **_errors(403),
+        },
+    )
+    async def export(
+        caller: CallerDep,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+    ) -> StreamingResponse:
+        lines = service.export_lines(caller, user_id=user_id, agent_id=agent_id, run_id=run_id)
+        # Written whole in one worker thread: the store's read transaction must not
+        # hop between threads. The scope is checked before anything is sent, so a
+        # refusal is a proper error response, not a stream cut short.
+        spool = await anyio.to_thread.run_sync(_spool, lines)
+        return StreamingResponse(_read_spool(spool), media_type="application/x-ndjson")
 
 
 def _json_query(name: str, value: str | None) -> dict[str, Any] | None:

@@ -1,8 +1,9 @@
 """How the library's errors look to a server's clients: an HTTP status and a stable code.
 
 One table, read top to bottom (subclasses before their bases), serves the
-REST API (``{"error": {"code", "message"}}`` with the status) and the MCP
-tools (the code and message as the tool error). Bad input is always a 4xx;
+REST API (``{"error": {"code", "message"}}`` with the status), its mem0
+compatibility mode (``{"detail": message}``, :func:`describe_error_mem0`) and
+the MCP tools (the code and message as the tool error). Bad input is always a 4xx;
 only a failure of the server itself (store, embedder, a bug) is a 5xx, and
 an unreachable or broken LLM is a 502/504 because it is an upstream.
 """
@@ -32,12 +33,13 @@ from engramdb.errors import (
     VersionNotFoundError,
 )
 from engramdb.server.service import LimitExceededError
-from engramdb.server.tenancy import ScopeForbiddenError
+from engramdb.server.tenancy import AdminRequiredError, ScopeForbiddenError
 
-__all__ = ["ERROR_TABLE", "describe_error"]
+__all__ = ["ERROR_TABLE", "describe_error", "describe_error_mem0"]
 
 ERROR_TABLE: tuple[tuple[type[EngramError], int, str], ...] = (
     (ScopeForbiddenError, 403, "scope_forbidden"),
+    (AdminRequiredError, 403, "admin_required"),
     (LimitExceededError, 422, "limit_exceeded"),
     (MemoryNotFoundError, 404, "not_found"),
     (VersionNotFoundError, 404, "version_not_found"),
@@ -59,6 +61,29 @@ ERROR_TABLE: tuple[tuple[type[EngramError], int, str], ...] = (
     (EngramError, 500, "internal_error"),
 )
 """``(error class, HTTP status, code)``; the first row the error is an instance of wins."""
+
+
+_MEM0_STATUS = {422: 400, 504: 502}
+"""engramdb's statuses that mem0's server answers otherwise: it refuses input the
+library rejects with 400, and every upstream failure (the LLM, timeouts too) with 502."""
+
+
+def describe_error_mem0(exc: EngramError) -> tuple[int, dict[str, Any]]:
+    """Return ``(HTTP status, body)`` for an error in mem0's shape (compatibility mode).
+
+    The body is ``{"detail": message}`` as mem0's server (FastAPI) answers;
+    a server-side failure (5xx) adds the stable ``code`` (mem0's upstream
+    errors carry one too), an extraction failure its ``failure_id``. The
+    status is :func:`describe_error`'s, but 422 becomes 400 and 504 becomes 502.
+    """
+    status, error = describe_error(exc)
+    status = _MEM0_STATUS.get(status, status)
+    body: dict[str, Any] = {"detail": error["message"]}
+    if status >= 500:
+        body["code"] = error["code"]
+    if "failure_id" in error:
+        body["failure_id"] = error["failure_id"]
+    return status, body
 
 
 def describe_error(exc: EngramError) -> tuple[int, dict[str, Any]]:

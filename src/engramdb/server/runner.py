@@ -11,6 +11,7 @@ import ipaddress
 import logging
 import socket
 from collections.abc import Sequence
+from typing import Literal
 
 import anyio
 import uvicorn
@@ -80,10 +81,15 @@ def serve(
     insecure: bool = False,
     log_level: str = "info",
     sockets: Sequence[socket.socket] | None = None,
+    compat: Literal["mem0"] | None = None,
 ) -> None:
-    """Serve the REST API until interrupted; closes ``memory`` on the way out."""
+    """Serve the REST API until interrupted; closes ``memory`` on the way out.
+
+    ``compat="mem0"`` serves mem0's REST routes and error shapes instead of
+    engramdb's own (see :func:`engramdb.server.app.create_app`).
+    """
     check_exposure(host, keys, insecure=insecure)
-    app = create_app(memory, keys=keys, limits=limits, close_memory=True)
+    app = create_app(memory, keys=keys, limits=limits, close_memory=True, compat=compat)
     server = uvicorn.Server(_uvicorn_config(app, host, port, log_level))
     server.run(sockets=list(sockets) if sockets else None)
 

@@ -19,7 +19,7 @@ import anyio.to_thread
 
 from engramdb.errors import EngramError, MemoryNotFoundError, ValidationError
 from engramdb.memory import AsyncMemory, Memory
-from engramdb.server.tenancy import Caller, record_in_scope, resolve_scope
+from engramdb.server.tenancy import AdminRequiredError, Caller, record_in_scope, resolve_scope
 
 __all__ = ["LimitExceededError", "MemoryService", "ServerLimits"]
 
@@ -138,6 +138,7 @@ class MemoryService:
         threshold: float | None = None,
         explain: bool = False,
         expand_links: bool = False,
+        show_expired: bool = False,
     ) -> dict[str, Any]:
         """``Memory.search`` within the caller's scope."""
         k = self._top_k(top_k, 20)
@@ -152,6 +153,7 @@ class MemoryService:
             threshold=threshold,
             explain=explain,
             expand_links=expand_links,
+            show_expired=show_expired,
         )
         return result
 
@@ -165,6 +167,7 @@ class MemoryService:
         filters: dict[str, Any] | None = None,
         top_k: int | None = None,
         offset: int = 0,
+        show_expired: bool = False,
     ) -> dict[str, Any]:
         """``Memory.get_all`` within the caller's scope (``top_k`` default 100, capped)."""
         k = self._top_k(top_k, 100)
@@ -175,7 +178,13 @@ class MemoryService:
             )
         scope, rest = resolve_scope(caller, _ids(user_id, agent_id, run_id), filters)
         result: dict[str, Any] = await self._call(
-            caller, "get_all", **scope, filters=rest, top_k=k, offset=offset
+            caller,
+            "get_all",
+            **scope,
+            filters=rest,
+            top_k=k,
+            offset=offset,
+            show_expired=show_expired,
         )
         return result
 
@@ -276,6 +285,41 @@ class MemoryService:
         return result
 
     async def history(self, caller: Caller, memory_id: str) -> list[dict[str, Any]]:
-        """``Memory.history`` of an owned memory."""
+        """``Memory.history`` of an owned memory; ``MemoryNotFoundError`` instead of ``[]``.
+
+        The library answers ``[]`` (as mem0) for an id that has no history or
+        lies outside the caller's scope; every stored memory has at least its
+        ``ADD``, so an empty history is an unknown id, reported like ``get``.
+        """
         result: list[dict[str, Any]] = await self._call(caller, "history", memory_id)
+        if not result:
+            raise MemoryNotFoundError(memory_id)
         return result
+
+    # -- the whole store ------------------------------------------------------------------
+
+    async def reset(self, caller: Caller) -> None:
+        """``Memory.reset``: erase every scope. Only for a caller holding an admin API key.
+
+        Not even a keyless server's callers (every one an admin, on loopback)
+        may: a reset cannot be undone, so it takes a key made for it
+        (``engram keys create --admin``).
+
+        Raises:
+            AdminRequiredError: the caller is bound to a scope, or came without a key.
+        """
+        if not caller.admin:
+            raise AdminRequiredError(
+                "a reset erases every scope of the store: it needs an admin API key, "
+                f"and {caller.describe()} is bound to a scope"
+            )
+        if caller.key_id is None:
+            raise AdminRequiredError(
+                "a reset erases every scope of the store and cannot be undone: it needs an "
+                "admin API key (create one with `engram keys create --admin`), even on a "
+                "server without keys"
+            )
+        if isinstance(self.memory, AsyncMemory):
+            await self.memory.reset()
+        else:
+            await anyio.to_thread.run_sync(self.memory.reset)

@@ -39,6 +39,7 @@ from engramdb.errors import EngramError, ScopeError
 
 __all__ = [
     "SCOPE_KINDS",
+    "AdminRequiredError",
     "Caller",
     "ScopeForbiddenError",
     "record_in_scope",
@@ -60,6 +61,10 @@ class ScopeForbiddenError(EngramError):
             f"{who} may only use its own {kind}; the request names {kind}={requested!r}. "
             f"Leave {kind} out (the key's own is used) or use a key for that scope"
         )
+
+
+class AdminRequiredError(EngramError):
+    """The call acts on the whole store: it needs an admin API key (HTTP 403)."""
 
 
 @dataclass(frozen=True)
