@@ -17,13 +17,13 @@ from engramdb.search import ScoreCalibration
 _DATA = default_data_path()
 
 
-def test_fit_puts_the_two_percentiles_at_0_9_and_0_1() -> None:
-    exact = [0.70 + 0.01 * i for i in range(11)]  # 10th percentile 0.71
-    unrelated = [0.20 + 0.01 * i for i in range(11)]  # 90th percentile 0.29
+def test_fit_puts_the_two_medians_at_0_97_and_0_03() -> None:
+    exact = [0.70 + 0.01 * i for i in range(11)]  # median 0.75
+    unrelated = [0.20 + 0.01 * i for i in range(11)]  # median 0.25
     cal = calibration.fit(exact, unrelated)
     assert cal.center == pytest.approx(0.5, abs=1e-4)
-    assert cal.apply(0.71) == pytest.approx(0.9, abs=1e-3)
-    assert cal.apply(0.29) == pytest.approx(0.1, abs=1e-3)
+    assert cal.apply(0.75) == pytest.approx(0.97, abs=1e-3)
+    assert cal.apply(0.25) == pytest.approx(0.03, abs=1e-3)
     with pytest.raises(ValueError, match="do not score above"):
         calibration.fit([0.3, 0.3], [0.5, 0.5])
 

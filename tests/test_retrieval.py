@@ -154,8 +154,8 @@ def test_explain_shows_every_part_and_rank(mem: Memory) -> None:
     explain = top["score_details"]
     for key in ("semantic", "bm25", "entity", "actor", "fusion", "method", "rank", "parts"):
         assert key in explain
-    # the score is the fused score read through the calibration curve (search.py)
-    assert FusionConfig().calibration.apply(explain["fusion"]) == top["score"]  # type: ignore[union-attr]
+    # the score is the relative fused score read through the calibration curve (search.py)
+    assert FusionConfig().calibration.apply(explain["relative"]) == top["score"]  # type: ignore[union-attr]
     assert explain["actor"] == 1.0  # Ana said it, and the query names her
     assert "biscuit" in explain["entities"]
     assert set(explain["rank"]) == {"semantic", "bm25", "entity"}
@@ -181,11 +181,10 @@ def test_threshold_applies_to_the_final_score(
         kept = m.search("cello", user_id="u", threshold=cut, explain=True)["results"]
         assert [r["score"] for r in kept] == [s for s in scores if s >= cut]
         cal = preset.calibration
-        assert all(
-            (cal.apply(r["score_details"]["fusion"]) if cal else r["score_details"]["fusion"])
-            >= cut
-            for r in kept
-        )
+        for r in kept:
+            details = r["score_details"]
+            shown = cal.apply(details["relative"]) if cal else details["fusion"]
+            assert shown == r["score"] >= cut
 
 
 # -- the score's scale --------------------------------------------------------------------
@@ -208,14 +207,29 @@ def test_calibration_keeps_the_fused_ranking(db_path: Path, embedder: LocalEmbed
             hits = m.search(query, user_id="u", explain=True)["results"]
             fused = [h["score_details"]["fusion"] for h in hits]
             assert fused == sorted(fused, reverse=True)
+            # relative: the fused score over that of a perfect match, one divisor a search
+            ratios = {f / h["score_details"]["relative"] for f, h in zip(fused, hits, strict=True)}
+            assert max(ratios) - min(ratios) < 1e-9
             assert [h["score"] for h in hits] == [
-                FusionConfig().calibration.apply(f)  # type: ignore[union-attr]
-                for f in fused
+                FusionConfig().calibration.apply(h["score_details"]["relative"])  # type: ignore[union-attr]
+                for h in hits
             ]
     with open_mem(db_path, embedder, calibration=None) as raw:
         for query in ["cat", "holiday plans"]:
             hits = raw.search(query, user_id="u", explain=True)["results"]
             assert [h["score"] for h in hits] == [h["score_details"]["fusion"] for h in hits]
+
+
+def test_an_exact_repeat_scores_near_1_in_a_scope_of_six_memories(
+    db_path: Path, embedder: LocalEmbedder
+) -> None:
+    # the relative score takes the scope's size out: BM25's idf is small here
+    with open_mem(db_path, embedder) as m:
+        for text in _CORPUS:
+            m.add(text, user_id="u", infer=False)
+        for text in _CORPUS:
+            top = m.search(text, user_id="u")["results"][0]
+            assert top["memory"] == text and top["score"] >= 0.9, (text, top["score"])
 
 
 def test_an_exact_repeat_scores_near_1_and_unrelated_text_near_0(

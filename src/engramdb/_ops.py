@@ -71,6 +71,7 @@ from engramdb.rerank import LLMReranker, Reranker
 from engramdb.search import (
     Hit,
     apply_rerank,
+    calibrate,
     document_terms,
     document_text,
     fuse,
@@ -604,10 +605,9 @@ class Operations:
             include_expired=include_expired,
         )
         hits = fuse(candidates, cfg, plan)[:want]
-        if cfg.calibration is not None:
-            # The fused order stands; the score is read from it (search.py), before a
-            # reranker blends its grades in on the same scale.
-            hits = [Hit(h.row, cfg.calibration.apply(h.score), h.explain) for h in hits]
+        # The fused order stands; the score is read from it (search.py), before a
+        # reranker blends its grades in on the same scale.
+        hits = calibrate(hits, cfg)
         if second is not None and self.reranker is not None and len(hits) > 1:
             try:
                 grades = yield from self.reranker.rerank(query, [h.row.text for h in hits])

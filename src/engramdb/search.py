@@ -39,6 +39,7 @@ __all__ = [
     "QueryPlan",
     "ScoreCalibration",
     "apply_rerank",
+    "calibrate",
     "document_terms",
     "document_text",
     "fuse",
@@ -49,25 +50,33 @@ __all__ = [
 class ScoreCalibration(BaseModel):
     """The curve from a fused score to the ``score`` search returns: exact ~ 1, unrelated ~ 0.
 
-    ``score = 1 / (1 + exp(-(fused - center) / width))``: strictly increasing,
-    so results keep the fused order; ``threshold`` applies to the calibrated
-    score, and ``score_details["fusion"]`` keeps the fused one. The defaults
-    are fitted on LoCoMo dev for the default fusion (``engram bench
-    calibration``, docs/retrieval.md): an exact repeat of a memory's text
-    scores about 0.95, the best hit of an unrelated query about 0.05, so a
-    threshold tuned on mem0's similarity scale keeps roughly its meaning.
+    First the fused score is divided by the fused score a *perfect* match of
+    this query would get in this scope (``relative``: the memory's text is the
+    query's — cosine ``exact_cosine``, BM25 of a memory holding exactly the
+    query's words, the best entity link found; capped at 1), which takes out
+    what depends on the query and the scope's size (BM25's idf). Then
+    ``score = 1 / (1 + exp(-(relative - center) / width))``. Both steps are
+    strictly increasing within a search, so results keep the fused order;
+    ``threshold`` applies to the calibrated score, and ``score_details``
+    keeps ``fusion`` and ``relative``. The defaults are fitted on LoCoMo dev
+    for the default fusion by leave-one-conversation-out (``engram bench
+    calibration``, docs/retrieval.md).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    center: float = Field(default=0.57, ge=0, le=1)
+    exact_cosine: float = Field(default=0.92, gt=-1, le=1)
+    """The cosine between a query and a memory of the same text (the local model
+    embeds queries and passages with different prefixes, so it is not 1)."""
+
+    center: float = Field(default=0.76, ge=0, le=1)
     """The fused score that maps to 0.5."""
-    width: float = Field(default=0.044, gt=0, le=1)
+    width: float = Field(default=0.06, gt=0, le=1)
     """How fast the curve rises around ``center`` (fused units per e-fold)."""
 
-    def apply(self, fused: float) -> float:
-        """The calibrated score of a fused score."""
-        z = (fused - self.center) / self.width
+    def apply(self, relative: float) -> float:
+        """The calibrated score of a relative fused score (see the class)."""
+        z = (relative - self.center) / self.width
         if z < -700:
             return 0.0
         return 1.0 / (1.0 + math.exp(-z))
@@ -260,6 +269,7 @@ def fuse(
     active += w_e if ent_ranks else 0.0
     active += w_a if any(actor.values()) else 0.0
     active = active or 1.0
+    best = _best_fused(candidates, config, bool(bm_ranks), ent, any(actor.values()), active)
     hits = []
     for i, cand in enumerate(candidates):
         sem_part = min(
@@ -295,6 +305,7 @@ def fuse(
                         "actor": actor_part,
                     },
                     "fusion": score,
+                    **({"relative": min(1.0, score / best)} if best else {}),
                     "method": config.method,
                     "rank": {
                         "semantic": cand.semantic_rank,
@@ -306,6 +317,44 @@ def fuse(
         )
     hits.sort(key=lambda h: (-h.score, -h.explain["semantic"], h.row.id))
     return hits
+
+
+def _best_fused(
+    candidates: list[Candidate],
+    config: FusionConfig,
+    keyword: bool,
+    entity: dict[int, float],
+    named: bool,
+    active: float,
+) -> float | None:
+    """The weighted fused score of a perfect match of the query (None: no calibration).
+
+    Its text is the query's (cosine ``calibration.exact_cosine``), it holds
+    exactly the query's words (BM25 ``bm25_best``), it has the best entity
+    link any candidate has, and it is by the person the query names.
+    """
+    cal = config.calibration
+    if cal is None or config.method != "weighted" or not candidates:
+        return None
+    sem = min(1.0, max(0.0, (cal.exact_cosine - config.cosine_floor) / (1 - config.cosine_floor)))
+    total = config.semantic_weight * sem
+    if keyword:
+        bm = candidates[0].bm25_best
+        total += config.bm25_weight * (bm / (bm + config.bm25_half) if bm > 0 else 0.0)
+    if entity and max(entity.values()) > 0:
+        total += config.entity_weight * max(entity.values())
+    if named:
+        total += config.actor_weight
+    best = total / active
+    return best if best > 0 else None
+
+
+def calibrate(hits: list[Hit], config: FusionConfig) -> list[Hit]:
+    """``hits`` with their calibrated scores (same order); unchanged without a calibration."""
+    cal = config.calibration
+    if cal is None:
+        return hits
+    return [Hit(h.row, cal.apply(h.explain.get("relative", h.score)), h.explain) for h in hits]
 
 
 def apply_rerank(hits: list[Hit], grades: list[float], weight: float) -> list[Hit]:

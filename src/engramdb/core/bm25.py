@@ -201,6 +201,47 @@ class BM25Index:
             order = np.lexsort((candidates, -cand_scores))
             return self._keys_array()[candidates[order]], cand_scores[order].astype(np.float32)
 
+    def best_score(self, terms: Sequence[str], population: Keys | None = None) -> float:
+        """What a document made of exactly ``terms`` would score for the query ``terms``.
+
+        The scale of a perfect keyword match in this index (its idf and mean
+        length, over ``population`` as in :meth:`search`): search divides by
+        it to tell how close a hit comes, whatever the size of the scope.
+        """
+        counts: dict[str, int] = {}
+        for term in terms:
+            counts[term] = counts.get(term, 0) + 1
+        with self._lock:
+            if self._live == 0 or not counts:
+                return 0.0
+            members: npt.NDArray[np.bool_] | None = None
+            if population is None:
+                live, avgdl = self._live, self._total_len / self._live
+            else:
+                if self._lengths_arr is None:
+                    self._lengths_arr = np.array(self._lengths, dtype=np.float32)
+                members = np.isin(self._keys_array(), population) & self._alive_array()
+                live = int(members.sum())
+                if live == 0:
+                    return 0.0
+                avgdl = float(self._lengths_arr[members].sum()) / live
+
+            def df_of(term: str) -> int:  # as search() counts it
+                if self._df.get(term, 0) <= 0:
+                    return 0
+                rows, _ = self._postings_of(term)
+                return int(rows.size if members is None else members[rows].sum())
+
+            norm = self.k1 * (1 - self.b + self.b * len(terms) / max(avgdl, 1e-9))
+            total = 0.0
+            for term, tf in counts.items():
+                df = df_of(term)
+                if df <= 0:
+                    continue  # no document holds it: no hit can score for it either
+                idf = math.log(1 + (live - df + 0.5) / (df + 0.5))
+                total += idf * tf * (self.k1 + 1) / (tf + norm)
+            return total
+
     def _keys_array(self) -> Keys:
         if self._keys_arr is None or self._keys_arr.size != len(self._keys):
             self._keys_arr = np.array(self._keys, dtype=np.int64)

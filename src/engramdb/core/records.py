@@ -232,6 +232,9 @@ class Candidate:
     entities: list[tuple[str, int]] = field(default_factory=list)
     """Query entities this memory is linked to, with each entity's degree
     (how many memories it is linked to)."""
+    bm25_best: float = 0.0
+    """What a memory holding exactly the query's words would score in this scope
+    (the same for every candidate of a search; the scale of ``bm25``)."""
 
 
 @dataclass

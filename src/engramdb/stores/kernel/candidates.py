@@ -103,6 +103,7 @@ class Pool:
         """
         bm_keys, bm = self.bm25.search(self.terms, keys.size, allowed=keys, population=self.allowed)
         bm25 = dict(zip(bm_keys.tolist(), bm.tolist(), strict=True))
+        best = self.bm25.best_score(self.terms, population=self.allowed)
         sem_rank = {key: i + 1 for i, key in enumerate(self.semantic)}
         kw_rank = {key: i + 1 for i, key in enumerate(self.keyword)}
         return [
@@ -113,6 +114,7 @@ class Pool:
                 semantic_rank=sem_rank.get(key),
                 bm25_rank=kw_rank.get(key),
                 entities=self.linked.get(key, []),
+                bm25_best=best,
             )
             for key, row, cosine in hits
         ]
