@@ -9,10 +9,7 @@ commands.
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -29,7 +26,7 @@ from engramdb import AsyncMemory, Memory
 from engramdb.cli import app as cli_app
 from engramdb.embedders import LocalEmbedder
 from engramdb.server import KeyStore, ServerLimits, create_app
-from live_server import live
+from live_server import engram_serve, live
 from openai_wire import Reply, WireServer
 
 LIMITS = ServerLimits(max_body_bytes=64 * 1024, max_top_k=50, max_messages=10)
@@ -712,51 +709,13 @@ def _free_port() -> int:
 
 
 def test_engram_serve_command(tmp_path: Path) -> None:
-    port = _free_port()
-    keys = KeyStore(tmp_path / "keys.db")
-    key = keys.create(user_id="alice").key
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "engramdb.cli",
-            "--db",
-            str(tmp_path / "e.db"),
-            "serve",
-            "--port",
-            str(port),
-            "--keys-db",
-            str(tmp_path / "keys.db"),
-            "--json",
-            "--log-level",
-            "warning",
-            "--engine",
-            "sync",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "ENGRAM_LLM": ""},
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.1)
+    key = KeyStore(tmp_path / "keys.db").create(user_id="alice").key
+    with engram_serve(tmp_path, "--engine", "sync") as (url, result):
         assert httpx.get(f"{url}/healthz").json()["engine"] == "sync"
         headers = {"X-API-Key": key}
         assert httpx.post(f"{url}/memories", json={"messages": "hi"}, headers=headers).is_success
         assert httpx.get(f"{url}/memories", headers=headers).json()["results"][0]["memory"] == "hi"
-    finally:
-        process.terminate()
-        out, _ = process.communicate(timeout=30)
-    assert json.loads(out)["url"] == f"http://127.0.0.1:{port}"
+    assert result["info"]["url"] == url
 
 
 def test_bench_serve_reports_every_level(tmp_path: Path) -> None:

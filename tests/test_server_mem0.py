@@ -16,11 +16,6 @@ never get a 5xx; and engramdb's own mode, checked unchanged at the end.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,7 +30,7 @@ from engramdb import AsyncMemory, Memory
 from engramdb.cli import app as cli_app
 from engramdb.embedders import LocalEmbedder
 from engramdb.server import KeyStore, ServerLimits, create_app
-from live_server import live
+from live_server import engram_serve, live
 from openai_wire import Reply, WireServer
 
 LIMITS = ServerLimits(max_body_bytes=64 * 1024, max_top_k=50, max_messages=10)
@@ -754,47 +749,8 @@ def test_serve_refuses_an_unknown_compat_mode(tmp_path: Path) -> None:
 
 
 def test_engram_serve_compat_mem0(tmp_path: Path) -> None:
-    from engramdb.bench._serving import free_port
-
-    port = free_port()
-    keys = KeyStore(tmp_path / "keys.db")
-    key = keys.create(user_id="alice").key
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "engramdb.cli",
-            "--db",
-            str(tmp_path / "e.db"),
-            "serve",
-            "--port",
-            str(port),
-            "--keys-db",
-            str(tmp_path / "keys.db"),
-            "--compat",
-            "mem0",
-            "--json",
-            "--log-level",
-            "warning",
-            "--engine",
-            "sync",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "ENGRAM_LLM": ""},
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise
-                time.sleep(0.1)
+    key = KeyStore(tmp_path / "keys.db").create(user_id="alice").key
+    with engram_serve(tmp_path, "--compat", "mem0", "--engine", "sync") as (url, result):
         assert httpx.get(f"{url}/healthz").json()["compat"] == "mem0"
         headers = {"X-API-Key": key}
         body = {"messages": _messages("hi"), "user_id": "alice"}
@@ -803,8 +759,4 @@ def test_engram_serve_compat_mem0(tmp_path: Path) -> None:
         assert listed.json()["results"][0]["memory"] == "hi"
         assert httpx.get(f"{url}/memories/nope", headers=headers).json() is None
         assert httpx.get(f"{url}/memories", headers={}).json()["detail"]
-    finally:
-        process.terminate()
-        out, _ = process.communicate(timeout=30)
-    info = json.loads(out)
-    assert info["url"] == f"http://127.0.0.1:{port}" and info["compat"] == "mem0"
+    assert result["info"]["url"] == url and result["info"]["compat"] == "mem0"
