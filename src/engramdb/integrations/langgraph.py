@@ -132,6 +132,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "engramdb.integrations.langgraph needs LangGraph: pip install 'engramdb[langgraph]'"
     ) from exc
 
+from engramdb._engine import run_async, run_sync
 from engramdb.core.validate import check_id
 from engramdb.errors import ConfigError, DuplicateMemoryError, FilterError, MetadataError
 from engramdb.memory import AsyncMemory, Memory
@@ -428,33 +429,15 @@ class EngramStore(BaseStore):
 
     def _drive_sync(self, flow: _Flow[T]) -> T:
         memory = self.memory
-        value: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                call = flow.throw(error) if error is not None else flow.send(value)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            try:
-                value, error = getattr(memory, call.method)(*call.args, **call.kwargs), None
-            except Exception as exc:
-                value, error = None, exc
+        return run_sync(flow, lambda call: getattr(memory, call.method)(*call.args, **call.kwargs))
 
     async def _drive_async(self, flow: _Flow[T]) -> T:
         memory = self.memory
-        value: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                call = flow.throw(error) if error is not None else flow.send(value)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            try:
-                value, error = await getattr(memory, call.method)(*call.args, **call.kwargs), None
-            except Exception as exc:
-                value, error = None, exc
+
+        async def perform(call: Any) -> Any:
+            return await getattr(memory, call.method)(*call.args, **call.kwargs)
+
+        return await run_async(flow, perform)
 
     # -- the ops, as flows of Memory calls ------------------------------------------------------
 
