@@ -126,6 +126,29 @@ def test_health_schema_docs_and_metrics_need_no_key(stack: Stack) -> None:
 # -- every route --------------------------------------------------------------------------------
 
 
+def test_expired_memories_and_rerank_over_rest(stack: Stack) -> None:
+    user = _new_user()
+    with stack.client(stack.user_key(user)) as c:
+        body = {"messages": "My trial plan ends soon", "infer": False}
+        gone = c.post("/memories", json={**body, "expiration_date": "2001-01-31"})
+        gone_id = gone.json()["results"][0]["id"]
+        kept = c.post("/memories", json={"messages": "My plan is the yearly one", "infer": False})
+        kept_id = kept.json()["results"][0]["id"]
+
+        def ids(response: httpx.Response) -> set[str]:
+            assert response.status_code == 200, response.text
+            return {r["id"] for r in response.json()["results"]}
+
+        assert ids(c.get("/memories")) == {kept_id}
+        assert ids(c.get("/memories", params={"show_expired": "true"})) == {kept_id, gone_id}
+        assert ids(c.post("/search", json={"query": "trial plan"})) == {kept_id}
+        shown = c.post("/search", json={"query": "trial plan", "show_expired": True})
+        assert gone_id in ids(shown)
+        for flag in (True, False):  # no reranker configured: the fused order either way
+            again = c.post("/search", json={"query": "trial plan", "rerank": flag})
+            assert ids(again) == {kept_id}
+
+
 def test_every_route_round_trip(stack: Stack) -> None:
     user = _new_user()
     with stack.client(stack.user_key(user)) as c:

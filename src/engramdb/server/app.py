@@ -115,6 +115,10 @@ class SearchRequest(_Body):
     threshold: float | None = Field(None, ge=0, le=1, description="Drop results below it.")
     explain: bool = Field(False, description="Add the parts each score is made of.")
     expand_links: bool = Field(False, description="Add memories linked to each hit.")
+    rerank: bool | None = Field(
+        None, description="False skips a configured reranker (default: the configuration)."
+    )
+    show_expired: bool = Field(False, description="Include memories past their expiry.")
 
 
 class UpdateRequest(_Body):
@@ -627,6 +631,9 @@ def create_app(
         filters: Annotated[
             str | None, Query(description="Filters as a JSON object (docs/filters.md).")
         ] = None,
+        show_expired: Annotated[
+            bool, Query(description="Include memories past their expiry.")
+        ] = False,
     ) -> dict[str, Any]:
         return await service.list_memories(
             caller,
@@ -636,6 +643,7 @@ def create_app(
             filters=_json_query("filters", filters),
             top_k=limit if limit is not None else top_k,
             offset=offset,
+            show_expired=show_expired,
         )
 
     @app.delete(
@@ -670,6 +678,8 @@ def create_app(
             threshold=body.threshold,
             explain=body.explain,
             expand_links=body.expand_links,
+            rerank=body.rerank,
+            show_expired=body.show_expired,
         )
 
     # -- one memory --

@@ -139,6 +139,7 @@ class MemoryService:
         explain: bool = False,
         expand_links: bool = False,
         show_expired: bool = False,
+        rerank: bool | None = None,
     ) -> dict[str, Any]:
         """``Memory.search`` within the caller's scope."""
         k = self._top_k(top_k, 20)
@@ -154,6 +155,7 @@ class MemoryService:
             explain=explain,
             expand_links=expand_links,
             show_expired=show_expired,
+            rerank=rerank,
         )
         return result
 
