@@ -154,7 +154,11 @@ def test_purge_removes_failure_records_of_its_messages(
 def test_purge_erases_every_message_of_a_repeat(mem: Memory) -> None:
     mid = mem.add("my alarm code is Quokka5518", user_id="u")["results"][0]["id"]
     again = mem.add("my alarm code is Quokka5518", user_id="u")["results"][0]
-    assert again == {"id": mid, "memory": "my alarm code is Quokka5518", "event": "NONE"}
+    assert (again["id"], again["memory"], again["event"]) == (
+        mid,
+        "my alarm code is Quokka5518",
+        "NONE",
+    )
     assert mem.purge(mid)["purged"] == 1
     assert raw_count(mem.store, "messages") == 0
     assert holds_any(mem.store, variants("Quokka5518")) == []

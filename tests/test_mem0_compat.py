@@ -208,3 +208,108 @@ def test_huggingface_with_a_tei_server_is_the_openai_compatible_embedder() -> No
     )
     assert cfg.embedder.provider == "openai"
     assert cfg.embedder.config == {"base_url": "http://127.0.0.1:8080/v1", "model": "bge"}
+
+
+# -- update(expiration_date=): reversible like every change ----------------------------------
+
+
+def test_update_sets_and_clears_the_expiry_and_restore_brings_it_back(mem: Memory) -> None:
+    mid = mem.add("My trial plan ends soon", user_id="u", infer=False)["results"][0]["id"]
+    scope = {"user_id": "u"}
+    mem.update(mid, expiration_date="2001-01-31")  # mem0's call: only the expiry
+    assert mem.get_all(filters=scope)["results"] == []
+    got = mem.get(mid)
+    assert got is not None and got["expiration_date"] == "2001-01-31"
+    assert got["memory"] == "My trial plan ends soon"
+    events = mem.history(mid)
+    assert [e["event"] for e in events] == ["ADD", "UPDATE"]
+    assert (events[1]["old_expires_at"], events[1]["new_expires_at"]) == (
+        None,
+        "2001-02-01T00:00:00.000000+00:00",
+    )
+    mem.restore(mid)  # back to version 1: no expiry
+    assert [r["id"] for r in mem.get_all(filters=scope)["results"]] == [mid]
+    mem.update(mid, text="My trial plan ends in May", expiration_date="2099-05-31")
+    mem.update(mid, expiration_date=None)  # None clears it
+    cleared = mem.get(mid)
+    assert cleared is not None and "expiration_date" not in cleared
+    mem.restore(mid, version=4)  # v1 add, v2 expiry, v3 restore, v4 text + expiry, v5 clear
+    again = mem.get(mid)
+    assert again is not None and again["expiration_date"] == "2099-05-31"
+    assert again["memory"] == "My trial plan ends in May"
+    with pytest.raises(ValueError, match="needs text, metadata and/or expiration_date"):
+        mem.update(mid)
+
+
+def test_schema_v2_history_gets_the_memorys_expiry(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # Before v3 an expiry could not change after the add: every event had the memory's.
+    from engramdb.stores import make_store
+    from engramdb.stores.postgres.schema import BOOTSTRAP as PG_BOOTSTRAP
+    from engramdb.stores.postgres.schema import MIGRATIONS as PG_MIGRATIONS
+    from engramdb.stores.sqlite._base import _split_sql
+    from engramdb.stores.sqlite.schema import MIGRATIONS as SQLITE_MIGRATIONS
+
+    expiry = "2030-01-01T00:00:00.000000+00:00"
+    stamp = "2024-01-01T00:00:00.000000+00:00"
+    history = [
+        ("m1", "ADD", 1, None, "old text", "api", stamp),
+        ("m1", "UPDATE", 2, "old text", "new text", "api", stamp),
+    ]
+    if backend == "sqlite":
+        import sqlite3
+
+        path = tmp_path / "v2.db"
+        con = sqlite3.connect(path)
+        for migration in SQLITE_MIGRATIONS[:2]:
+            for statement in _split_sql(migration):
+                con.execute(statement)
+        con.execute("PRAGMA user_version = 2")
+        con.execute(
+            "INSERT INTO memories(id, text, hash, owner, partition, user_id, created_at, "
+            "updated_at, expires_at, version, seq) VALUES ('m1', 'new text', 'h', 'u', 'u1:u', "
+            "'u', ?, ?, ?, 2, 1)",
+            (stamp, stamp, expiry),
+        )
+        con.executemany(
+            "INSERT INTO history(memory_id, event, version, old_memory, new_memory, actor, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            history,
+        )
+        con.commit()
+        con.close()
+        store = make_store("sqlite", {"path": str(path)}, tmp_path)
+    else:
+        import psycopg
+
+        config = request.getfixturevalue("pg_config")
+        schema = f'"{config["collection_name"]}"'
+        with psycopg.connect(config["url"], autocommit=True) as pg:
+            pg.execute(PG_BOOTSTRAP.format(s=schema))
+            for migration in PG_MIGRATIONS[:2]:
+                pg.execute(migration.format(s=schema))
+            pg.execute(f"INSERT INTO {schema}.meta VALUES ('schema_version', '2')")
+            pg.execute(
+                f"INSERT INTO {schema}.memories (id, text, hash, owner, partition, user_id, "
+                "created_at, updated_at, expires_at, version) VALUES ('m1', 'new text', 'h', "
+                "'u', 'u1:u', 'u', %s, %s, %s, 2)",
+                (stamp, stamp, expiry),
+            )
+            with pg.cursor() as cur:
+                cur.executemany(
+                    f"INSERT INTO {schema}.history (memory_id, event, version, old_memory, "
+                    "new_memory, actor, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    history,
+                )
+        store = make_store("postgres", config, tmp_path)
+    try:
+        events = store.history("m1")
+        assert [(e.old_expires_at, e.new_expires_at) for e in events] == [
+            (None, expiry),
+            (expiry, expiry),
+        ]
+        plan = store.plan_restore("m1", 1)
+        assert (plan.text, plan.expires_at) == ("old text", expiry)
+    finally:
+        store.close()

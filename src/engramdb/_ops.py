@@ -78,9 +78,11 @@ from engramdb.search import (
     plan_query,
 )
 from engramdb.stores.base import (
+    KEEP,
     AddOutcome,
     EntityRef,
     HistoryEvent,
+    Keep,
     MemoryRow,
     NewMemory,
     NewMessage,
@@ -179,6 +181,8 @@ def event_dict(event: HistoryEvent) -> dict[str, Any]:
         "actor": event.actor,
         "reason": event.reason,
         "created_at": event.created_at,
+        "old_expires_at": event.old_expires_at,
+        "new_expires_at": event.new_expires_at,
     }
 
 
@@ -1043,14 +1047,16 @@ class Operations:
         actor: str | None = None,
         reason: str | None = None,
         visible: Scope | None = None,
+        expiration_date: object = KEEP,
     ) -> Flow[dict[str, Any]]:
-        """``Memory.update``: new text and/or metadata, history keeps the old.
+        """``Memory.update``: new text, metadata and/or expiry, history keeps the old.
 
         ``visible`` narrows further what may be changed (consolidation passes
         the scope its LLM was shown).
         """
-        if text is None and metadata is None:
-            raise ValidationError("update() needs text and/or metadata")
+        if text is None and metadata is None and expiration_date is KEEP:
+            raise ValidationError("update() needs text, metadata and/or expiration_date")
+        expires: str | Keep | None = KEEP if expiration_date is KEEP else _expiry(expiration_date)
         mid = self._memory_id(memory_id)
         row = self._seen((yield from store_call(Store.get, mid)), visible)
         if row is None:
@@ -1076,6 +1082,7 @@ class Operations:
                 metadata=new_meta,
                 actor=actor or self.actor,
                 reason=reason,
+                expires_at=expires,
             )
         )
         yield from self._emit([event])

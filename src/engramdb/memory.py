@@ -48,7 +48,7 @@ from engramdb.nlp import index_terms
 from engramdb.rerank import Reranker
 from engramdb.search import document_text
 from engramdb.stores import Store, make_store, store_from_env
-from engramdb.stores.base import AsyncStore, HistoryEvent, MemoryRow, Scope
+from engramdb.stores.base import KEEP, AsyncStore, HistoryEvent, MemoryRow, Scope
 
 __all__ = ["AsyncMemory", "EventCallback", "Memory"]
 
@@ -454,17 +454,25 @@ class Memory(_Base):
         memory_id: str,
         text: str | None = None,
         metadata: dict[str, Any] | None = None,
+        expiration_date: object = KEEP,
         *,
         data: str | None = None,
         reason: str | None = None,
     ) -> dict[str, Any]:
-        """Change a memory's text and/or replace its metadata; history keeps the old.
+        """Change a memory's text, metadata and/or expiry; history keeps the old.
 
-        ``data`` is mem0's name for ``text``. Scope ids never change.
+        ``data`` is mem0's name for ``text``. ``expiration_date`` as in
+        :meth:`add` (a plain date is shown through that day), ``None`` to
+        clear it; like every change it is in the history and :meth:`restore`
+        brings the old one back. Scope ids never change.
         """
         result: dict[str, Any] = self._run(
             self._ops.update(
-                memory_id, text=_text_or_data(text, data), metadata=metadata, reason=reason
+                memory_id,
+                text=_text_or_data(text, data),
+                metadata=metadata,
+                reason=reason,
+                expiration_date=expiration_date,
             )
         )
         return result
@@ -739,6 +747,7 @@ class AsyncMemory(_Base):
         memory_id: str,
         text: str | None = None,
         metadata: dict[str, Any] | None = None,
+        expiration_date: object = KEEP,
         *,
         data: str | None = None,
         reason: str | None = None,
@@ -746,7 +755,11 @@ class AsyncMemory(_Base):
         """See :meth:`Memory.update`."""
         result: dict[str, Any] = await self._run(
             self._ops.update(
-                memory_id, text=_text_or_data(text, data), metadata=metadata, reason=reason
+                memory_id,
+                text=_text_or_data(text, data),
+                metadata=metadata,
+                reason=reason,
+                expiration_date=expiration_date,
             )
         )
         return result

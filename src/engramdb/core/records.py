@@ -8,16 +8,19 @@ protocols a backend implements.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 __all__ = [
+    "KEEP",
     "AddOutcome",
     "Candidate",
     "EntityRef",
     "HistoryEvent",
+    "Keep",
     "MemoryRow",
     "NewMemory",
     "NewMessage",
@@ -28,6 +31,16 @@ __all__ = [
 ]
 
 ScopeKind = Literal["user_id", "agent_id", "run_id"]
+
+
+class Keep(enum.Enum):
+    """The type of :data:`KEEP`."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+"""``Store.update(expires_at=KEEP)``: leave the memory's expiry as it is."""
 
 EntityRef = tuple[str, str, str]
 """An entity mention: ``(name, normalized, type)``."""
@@ -201,6 +214,10 @@ class HistoryEvent:
     reason: str | None
     created_at: str
     id: int | None = None
+    old_expires_at: str | None = None
+    """The memory's expiry before the event (UPDATE, RESTORE, DELETE)."""
+    new_expires_at: str | None = None
+    """The memory's expiry after the event: what restoring this version brings back."""
 
 
 @dataclass
@@ -248,3 +265,5 @@ class RestorePlan:
     metadata: dict[str, Any]
     to_version: int | None
     """The version whose content comes back; ``None`` for a plain undelete."""
+    expires_at: str | None = None
+    """The expiry that comes back with it."""

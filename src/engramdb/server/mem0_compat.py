@@ -38,6 +38,7 @@ from engramdb.server.auth import CallerDep
 from engramdb.server.errors import describe_error_mem0
 from engramdb.server.service import MemoryService
 from engramdb.server.tenancy import SCOPE_KINDS
+from engramdb.stores.base import KEEP
 
 __all__ = [
     "DESCRIPTION",
@@ -307,12 +308,9 @@ def install_routes(app: FastAPI, service: MemoryService) -> None:
     async def update_memory(
         memory_id: MemoryId, body: Mem0UpdateRequest, caller: CallerDep
     ) -> dict[str, Any]:
-        if "expiration_date" in body.model_fields_set:
-            raise HTTPException(
-                400,
-                "expiration_date cannot be changed by an update on this server: it is set "
-                "when the memory is added",
-            )
+        # mem0: a given expiration_date (null clears it) changes the expiry; as every
+        # change here it is in the history and a restore brings the old one back.
+        expiry = body.expiration_date if "expiration_date" in body.model_fields_set else KEEP
         metadata = body.metadata
         if metadata is not None:
             # mem0 merges the given keys into the memory's metadata (engramdb's update
@@ -320,7 +318,9 @@ def install_routes(app: FastAPI, service: MemoryService) -> None:
             current = await service.get(caller, memory_id)
             given = {k: v for k, v in metadata.items() if k not in _IMMUTABLE_METADATA}
             metadata = {**(current.get("metadata") or {}), **given}
-        await service.update(caller, memory_id, text=body.text, metadata=metadata)
+        await service.update(
+            caller, memory_id, text=body.text, metadata=metadata, expiration_date=expiry
+        )
         return {"message": "Memory updated successfully!"}
 
     @app.get(

@@ -20,6 +20,7 @@ import anyio.to_thread
 from engramdb.errors import EngramError, MemoryNotFoundError, ValidationError
 from engramdb.memory import AsyncMemory, Memory
 from engramdb.server.tenancy import AdminRequiredError, Caller, record_in_scope, resolve_scope
+from engramdb.stores.base import KEEP
 
 __all__ = ["LimitExceededError", "MemoryService", "ServerLimits"]
 
@@ -265,10 +266,18 @@ class MemoryService:
         data: str | None = None,
         metadata: dict[str, Any] | None = None,
         reason: str | None = None,
+        expiration_date: object = KEEP,
     ) -> dict[str, Any]:
         """``Memory.update`` of an owned memory (``data`` is mem0's name for ``text``)."""
         result: dict[str, Any] = await self._call(
-            caller, "update", memory_id, text=text, metadata=metadata, data=data, reason=reason
+            caller,
+            "update",
+            memory_id,
+            text=text,
+            metadata=metadata,
+            data=data,
+            reason=reason,
+            expiration_date=expiration_date,
         )
         return result
 

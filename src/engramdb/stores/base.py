@@ -17,10 +17,12 @@ import numpy as np
 
 from engramdb.core.filters import Node
 from engramdb.core.records import (
+    KEEP,
     AddOutcome,
     Candidate,
     EntityRef,
     HistoryEvent,
+    Keep,
     MemoryRow,
     NewMemory,
     NewMessage,
@@ -33,11 +35,13 @@ if TYPE_CHECKING:  # _erasure imports this module
     from engramdb.stores.kernel.erasure import ErasurePlan
 
 __all__ = [
+    "KEEP",
     "AddOutcome",
     "AsyncStore",
     "Candidate",
     "EntityRef",
     "HistoryEvent",
+    "Keep",
     "MemoryRow",
     "NewMemory",
     "NewMessage",
@@ -168,8 +172,9 @@ class Store(Protocol):
         metadata: dict[str, Any],
         actor: str,
         reason: str | None = None,
+        expires_at: str | Keep | None = KEEP,
     ) -> tuple[MemoryRow, HistoryEvent]:
-        """Change text and/or metadata of a live memory, writing an UPDATE event."""
+        """Change text, metadata and/or expiry (``KEEP``: unchanged); writes an UPDATE event."""
         ...
 
     def delete(
@@ -366,6 +371,7 @@ class AsyncStore(Protocol):
         metadata: dict[str, Any],
         actor: str,
         reason: str | None = None,
+        expires_at: str | Keep | None = KEEP,
     ) -> tuple[MemoryRow, HistoryEvent]:
         """See :meth:`Store.update`."""
         ...

@@ -31,7 +31,9 @@ def restore_target(row: MemoryRow, version: int | None) -> RestorePlan | int:
     deleted = row.deleted_at is not None
     if version is None:
         if deleted:
-            return RestorePlan(row.id, row.version, True, row.text, row.metadata, None)
+            return RestorePlan(
+                row.id, row.version, True, row.text, row.metadata, None, row.expires_at
+            )
         version = row.version - 1
         if version < 1:
             raise VersionNotFoundError(
@@ -45,12 +47,12 @@ def restore_target(row: MemoryRow, version: int | None) -> RestorePlan | int:
     if version == row.version:
         if not deleted:
             raise VersionNotFoundError(f"memory {row.id!r} is already at version {version}")
-        return RestorePlan(row.id, row.version, True, row.text, row.metadata, None)
+        return RestorePlan(row.id, row.version, True, row.text, row.metadata, None, row.expires_at)
     return version
 
 
 def plan_from_history(row: MemoryRow, version: int, events: list[HistoryEvent]) -> RestorePlan:
-    """The plan that brings back ``version``'s text and metadata (undeleting too)."""
+    """The plan that brings back ``version``'s text, metadata and expiry (undeleting too)."""
     for event in events:
         if event.version == version and event.new_memory is not None:
             return RestorePlan(
@@ -60,6 +62,7 @@ def plan_from_history(row: MemoryRow, version: int, events: list[HistoryEvent]) 
                 event.new_memory,
                 event.new_metadata or {},
                 version,
+                event.new_expires_at,
             )
     raise VersionNotFoundError(
         f"the history of memory {row.id!r} holds no content for version {version}"
@@ -79,6 +82,7 @@ def add_event(mem: NewMemory, actor: str, now: str) -> HistoryEvent:
         actor=actor,
         reason=None,
         created_at=now,
+        new_expires_at=mem.expires_at,
     )
 
 
@@ -89,8 +93,9 @@ def update_event(
     actor: str,
     reason: str | None,
     now: str,
+    expires_at: str | None,
 ) -> HistoryEvent:
-    """The UPDATE event of a change of text and/or metadata (one version up)."""
+    """The UPDATE event of a change of text, metadata and/or expiry (one version up)."""
     return HistoryEvent(
         memory_id=old.id,
         event="UPDATE",
@@ -102,6 +107,8 @@ def update_event(
         actor=actor,
         reason=reason,
         created_at=now,
+        old_expires_at=old.expires_at,
+        new_expires_at=expires_at,
     )
 
 
@@ -118,6 +125,8 @@ def delete_event(row: MemoryRow, actor: str, reason: str | None, now: str) -> Hi
         actor=actor,
         reason=reason,
         created_at=now,
+        old_expires_at=row.expires_at,
+        new_expires_at=row.expires_at,
     )
 
 
@@ -139,6 +148,8 @@ def restore_event(
         actor=actor,
         reason=reason,
         created_at=now,
+        old_expires_at=old.expires_at,
+        new_expires_at=plan.expires_at,
     )
 
 

@@ -93,6 +93,10 @@ def imported(r: dict[str, Any]) -> ImportedMemory:
                 actor=h.get("actor", "import"),
                 reason=h.get("reason"),
                 created_at=h["created_at"],
+                # Exports from before schema v3 hold no expiry in history: it could
+                # not change after the add then, so every event had the memory's own.
+                old_expires_at=h.get("old_expires_at", r.get("expires_at")),
+                new_expires_at=h.get("new_expires_at", r.get("expires_at")),
             )
             for h in r.get("history", [])
         ],

@@ -57,7 +57,7 @@ MEMORY_COLUMNS = len(_MEMORY)
 
 HISTORY_COLUMNS = (
     "rowid, memory_id, event, version, old_memory, new_memory, old_metadata, new_metadata, "
-    "actor, reason, created_at"
+    "actor, reason, created_at, old_expires_at, new_expires_at"
 )
 """The columns of the history table that :func:`history_event` reads, in its order."""
 
@@ -141,6 +141,8 @@ def history_event(r: Sequence[Any], values: ValueConverters) -> HistoryEvent:
         actor=r[8],
         reason=r[9],
         created_at=values.stamp(r[10]) or "",
+        old_expires_at=values.stamp(r[11]),
+        new_expires_at=values.stamp(r[12]),
     )
 
 

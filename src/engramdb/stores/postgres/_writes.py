@@ -16,9 +16,11 @@ from engramdb.errors import (
     MemoryNotFoundError,
 )
 from engramdb.stores.base import (
+    KEEP,
     AddOutcome,
     EntityRef,
     HistoryEvent,
+    Keep,
     MemoryRow,
     NewMemory,
     NewMessage,
@@ -138,25 +140,8 @@ class _WriteFlows(_FlowBase):
             )
 
     def insert_history(self, event: HistoryEvent) -> Tx[None]:
-        row = yield _Q(
-            f"INSERT INTO {self.t('history')} (memory_id, event, version, old_memory, "
-            "new_memory, old_metadata, new_metadata, actor, reason, created_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, %s) RETURNING rowid",
-            (
-                event.memory_id,
-                event.event,
-                event.version,
-                event.old_memory,
-                event.new_memory,
-                _json(event.old_metadata),
-                _json(event.new_metadata),
-                event.actor,
-                event.reason,
-                _dt(event.created_at),
-            ),
-            fetch="one",
-        )
-        event.id = int(row[0])
+        """Append one event (its ``id`` is set)."""
+        yield from self.insert_history_many([event])
 
     def add(
         self,
@@ -421,15 +406,20 @@ class _WriteFlows(_FlowBase):
             )
 
     def insert_history_many(self, events: Sequence[HistoryEvent]) -> Tx[None]:
+        """Append events in one statement (their ``id`` is set, in order)."""
         got = yield _Q(
             f"INSERT INTO {self.t('history')} (memory_id, event, version, old_memory, "
-            "new_memory, old_metadata, new_metadata, actor, reason, created_at) "
+            "new_memory, old_metadata, new_metadata, actor, reason, created_at, old_expires_at, "
+            "new_expires_at) "
             "SELECT u.memory_id, u.event, u.version, u.old_memory, u.new_memory, "
-            "u.old_metadata::jsonb, u.new_metadata::jsonb, u.actor, u.reason, u.created_at "
+            "u.old_metadata::jsonb, u.new_metadata::jsonb, u.actor, u.reason, u.created_at, "
+            "u.old_expires_at, u.new_expires_at "
             "FROM unnest(%s::text[], %s::text[], %s::int[], %s::text[], %s::text[], %s::text[], "
-            "%s::text[], %s::text[], %s::text[], %s::timestamptz[]) WITH ORDINALITY AS "
+            "%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::timestamptz[], "
+            "%s::timestamptz[]) WITH ORDINALITY AS "
             "u(memory_id, event, version, old_memory, new_memory, old_metadata, new_metadata, "
-            "actor, reason, created_at, n) ORDER BY u.n RETURNING rowid",
+            "actor, reason, created_at, old_expires_at, new_expires_at, n) ORDER BY u.n "
+            "RETURNING rowid",
             (
                 [e.memory_id for e in events],
                 [e.event for e in events],
@@ -441,6 +431,8 @@ class _WriteFlows(_FlowBase):
                 [e.actor for e in events],
                 [e.reason for e in events],
                 [_dt(e.created_at) for e in events],
+                [_dt(e.old_expires_at) for e in events],
+                [_dt(e.new_expires_at) for e in events],
             ),
         )
         for event, rowid in zip(events, sorted(int(r[0]) for r in got), strict=True):
@@ -539,6 +531,7 @@ class _WriteFlows(_FlowBase):
         terms: str,
         entities: Sequence[EntityRef],
         metadata: dict[str, Any],
+        expires_at: str | None,
         version: int,
         ts: datetime,
     ) -> Tx[None]:
@@ -552,13 +545,14 @@ class _WriteFlows(_FlowBase):
         if other is not None:
             raise DuplicateMemoryError(row.id, other[0])
         content = ", terms = %s, embedding = %s" if embedding is not None else ""
-        params: list[Any] = [text, hash, _json(metadata), ts, version]
+        params: list[Any] = [text, hash, _json(metadata), _dt(expires_at), ts, version]
         if embedding is not None:
             params += [terms, np.asarray(embedding, dtype=np.float32)]
         try:
             done = yield _Q(
                 f"UPDATE {self.t('memories')} SET text = %s, hash = %s, metadata = %s::jsonb, "
-                f"updated_at = %s, version = %s, deleted_at = NULL, txid = pg_current_xact_id()"
+                "expires_at = %s, updated_at = %s, version = %s, deleted_at = NULL, "
+                "txid = pg_current_xact_id()"
                 f"{content} WHERE id = %s RETURNING rowid",
                 [*params, row.id],
                 fetch="one",
@@ -581,8 +575,9 @@ class _WriteFlows(_FlowBase):
         metadata: dict[str, Any],
         actor: str,
         reason: str | None = None,
+        expires_at: str | Keep | None = KEEP,
     ) -> Tx[tuple[MemoryRow, HistoryEvent]]:
-        """Change text and/or metadata of a live memory, writing an UPDATE event."""
+        """Change text, metadata and/or expiry of a live memory, writing an UPDATE event."""
         ts = datetime.fromisoformat(utc_now())
         owner = yield from self.owner_of(memory_id)
         yield self.owner_lock(owner)
@@ -590,6 +585,7 @@ class _WriteFlows(_FlowBase):
             yield from self.guard_binding()
             yield from self.upsert_entities(owner, entities, ts)
         old = yield from self.locked_row(memory_id, live=True)
+        expiry = old.expires_at if expires_at is KEEP else expires_at
         yield from self.set_content(
             old,
             owner,
@@ -599,10 +595,11 @@ class _WriteFlows(_FlowBase):
             terms=terms,
             entities=entities,
             metadata=metadata,
+            expires_at=expiry,
             version=old.version + 1,
             ts=ts,
         )
-        event = update_event(old, text, metadata, actor, reason, _iso(ts) or "")
+        event = update_event(old, text, metadata, actor, reason, _iso(ts) or "", expiry)
         yield from self.insert_history(event)
         new = yield from self.get(memory_id, include_deleted=False)
         assert new is not None
@@ -696,6 +693,7 @@ class _WriteFlows(_FlowBase):
             terms=terms,
             entities=entities,
             metadata=plan.metadata,
+            expires_at=plan.expires_at,
             version=new_version,
             ts=ts,
         )

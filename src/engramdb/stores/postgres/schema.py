@@ -182,7 +182,19 @@ CREATE TABLE {s}.memory_context (
 CREATE INDEX memory_context_message ON {s}.memory_context (message_rowid);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# Version 3: expiry in history; see sqlite/schema.py's _V3 for why.
+_V3 = """
+ALTER TABLE {s}.history ADD COLUMN old_expires_at timestamptz;
+ALTER TABLE {s}.history ADD COLUMN new_expires_at timestamptz;
+UPDATE {s}.history h SET
+    new_expires_at = m.expires_at,
+    old_expires_at = CASE WHEN h.event IN ('UPDATE', 'DELETE') OR
+                               (h.event = 'RESTORE' AND h.old_memory IS NOT NULL)
+        THEN m.expires_at END
+FROM {s}.memories m WHERE m.id = h.memory_id;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 """``MIGRATIONS[i]`` takes a schema from version ``i`` to ``i + 1``."""
 
 LATEST = len(MIGRATIONS)

@@ -322,8 +322,8 @@ class _Store:
     def _insert_history(con: sqlite3.Connection, event: HistoryEvent) -> None:
         cur = con.execute(
             "INSERT INTO history(memory_id, event, version, old_memory, new_memory, "
-            "old_metadata, new_metadata, actor, reason, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "old_metadata, new_metadata, actor, reason, created_at, old_expires_at, "
+            "new_expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 event.memory_id,
                 event.event,
@@ -335,6 +335,8 @@ class _Store:
                 event.actor,
                 event.reason,
                 event.created_at,
+                event.old_expires_at,
+                event.new_expires_at,
             ),
         )
         event.id = cur.lastrowid

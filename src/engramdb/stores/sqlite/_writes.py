@@ -16,9 +16,11 @@ from engramdb.errors import (
     MemoryNotFoundError,
 )
 from engramdb.stores.base import (
+    KEEP,
     AddOutcome,
     EntityRef,
     HistoryEvent,
+    Keep,
     MemoryRow,
     NewMemory,
     NewMessage,
@@ -305,18 +307,20 @@ class _Writes(_Store):
         terms: str,
         entities: Sequence[EntityRef],
         metadata: dict[str, Any],
+        expires_at: str | None,
         version: int,
         seq: int,
         now: str,
     ) -> None:
         try:
             con.execute(
-                "UPDATE memories SET text = ?, hash = ?, metadata = ?, updated_at = ?, "
-                "version = ?, deleted_at = NULL, seq = ? WHERE id = ?",
+                "UPDATE memories SET text = ?, hash = ?, metadata = ?, expires_at = ?, "
+                "updated_at = ?, version = ?, deleted_at = NULL, seq = ? WHERE id = ?",
                 (
                     text,
                     hash,
                     json.dumps(metadata, ensure_ascii=False),
+                    expires_at,
                     now,
                     version,
                     seq,
@@ -355,13 +359,15 @@ class _Writes(_Store):
         metadata: dict[str, Any],
         actor: str,
         reason: str | None = None,
+        expires_at: str | Keep | None = KEEP,
     ) -> tuple[MemoryRow, HistoryEvent]:
-        """Change text and/or metadata of a live memory, writing an UPDATE event."""
+        """Change text, metadata and/or expiry of a live memory, writing an UPDATE event."""
         now = utc_now()
         with self._write() as con:
             with self._translate():
                 old = self._live_row(con, memory_id)
                 seq = self._bump(con)
+            expiry = old.expires_at if expires_at is KEEP else expires_at
             self._set_content(
                 con,
                 memory_id,
@@ -371,11 +377,12 @@ class _Writes(_Store):
                 terms=terms,
                 entities=entities,
                 metadata=metadata,
+                expires_at=expiry,
                 version=old.version + 1,
                 seq=seq,
                 now=now,
             )
-            event = update_event(old, text, metadata, actor, reason, now)
+            event = update_event(old, text, metadata, actor, reason, now, expiry)
             with self._translate():
                 self._insert_history(con, event)
                 new = self._live_row(con, memory_id)
@@ -467,6 +474,7 @@ class _Writes(_Store):
                 terms=terms,
                 entities=entities,
                 metadata=plan.metadata,
+                expires_at=plan.expires_at,
                 version=new_version,
                 seq=seq,
                 now=now,

@@ -182,7 +182,20 @@ CREATE TABLE memory_context (
 CREATE INDEX memory_context_message ON memory_context(message_rowid);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+# Version 3: expiry in history, so a change of expiration_date is reversible
+# like a change of text. Before it the expiry could not change after the add,
+# so every existing event gets the memory's own.
+_V3 = """
+ALTER TABLE history ADD COLUMN old_expires_at TEXT;
+ALTER TABLE history ADD COLUMN new_expires_at TEXT;
+UPDATE history SET
+    new_expires_at = (SELECT m.expires_at FROM memories m WHERE m.id = history.memory_id),
+    old_expires_at = CASE WHEN event IN ('UPDATE', 'DELETE') OR
+                               (event = 'RESTORE' AND old_memory IS NOT NULL)
+        THEN (SELECT m.expires_at FROM memories m WHERE m.id = history.memory_id) END;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 """``MIGRATIONS[i]`` takes a file from version ``i`` to ``i + 1``."""
 
 LATEST = len(MIGRATIONS)
