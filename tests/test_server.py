@@ -147,6 +147,13 @@ def test_expired_memories_and_rerank_over_rest(stack: Stack) -> None:
         for flag in (True, False):  # no reranker configured: the fused order either way
             again = c.post("/search", json={"query": "trial plan", "rerank": flag})
             assert ids(again) == {kept_id}
+        expired = c.put(f"/memories/{kept_id}", json={"expiration_date": "2001-01-01"})
+        assert expired.status_code == 200, expired.text
+        assert ids(c.get("/memories")) == set()
+        revived = c.put(f"/memories/{kept_id}", json={"expiration_date": None})
+        assert revived.status_code == 200 and ids(c.get("/memories")) == {kept_id}
+        assert c.put(f"/memories/{kept_id}", json={"metadata": {"a": 1}}).status_code == 200
+        assert ids(c.get("/memories")) == {kept_id}  # left out: the expiry stays as it is
 
 
 def test_every_route_round_trip(stack: Stack) -> None:

@@ -52,6 +52,7 @@ from engramdb.server.auth import CallerDep
 from engramdb.server.errors import describe_error
 from engramdb.server.keys import KeyStore
 from engramdb.server.service import MemoryService, ServerLimits
+from engramdb.stores.base import KEEP
 
 __all__ = ["COMPAT_MODES", "create_app"]
 
@@ -127,6 +128,9 @@ class UpdateRequest(_Body):
     text: str | None = Field(None, description="The new text.")
     data: str | None = Field(None, description="mem0's name for text.")
     metadata: dict[str, Any] | None = Field(None, description="Replaces the metadata.")
+    expiration_date: str | float | None = Field(
+        None, description="The new expiry (null clears it); left out: unchanged."
+    )
     reason: str | None = Field(None, description="Why; kept in the history.")
 
 
@@ -705,6 +709,9 @@ def create_app(
         return await service.update(
             caller,
             memory_id,
+            expiration_date=(
+                body.expiration_date if "expiration_date" in body.model_fields_set else KEEP
+            ),
             text=body.text,
             data=body.data,
             metadata=body.metadata,
