@@ -97,6 +97,30 @@ def test_stdio_tools_add_search_update_history_delete(tmp_path: Path) -> None:
             assert events[1]["old_memory"] == "I'm allergic to peanuts"
             assert events[1]["reason"] == "fix"
 
+            # the expiry, as over REST: set (hidden from lists and search), then cleared
+            dated = await client.call_tool(
+                "update_memory", {"memory_id": mid, "expiration_date": "2001-01-31"}
+            )
+            assert dated.structured_content["expiration_date"] == "2001-01-31"
+            assert (
+                len((await client.call_tool("list_memories", {})).structured_content["results"])
+                == 1
+            )
+            shown = await client.call_tool(
+                "search_memories", {"query": "cashews", "show_expired": True}
+            )
+            assert mid in [r["id"] for r in shown.structured_content["results"]]
+            both = await client.call_tool(
+                "update_memory",
+                {"memory_id": mid, "expiration_date": "2001-01-31", "clear_expiration": True},
+            )
+            assert both.is_error and "validation_error" in _text(both)
+            await client.call_tool("update_memory", {"memory_id": mid, "clear_expiration": True})
+            assert (
+                len((await client.call_tool("list_memories", {})).structured_content["results"])
+                == 2
+            )
+
             deleted = await client.call_tool("delete_memory", {"memory_id": mid})
             assert deleted.structured_content["id"] == mid
             gone = await client.call_tool("get_memory", {"memory_id": mid})

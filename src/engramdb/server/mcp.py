@@ -22,11 +22,12 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engramdb import __version__
-from engramdb.errors import EngramError
+from engramdb.errors import EngramError, ValidationError
 from engramdb.server.errors import describe_error
 from engramdb.server.keys import KeyStore
 from engramdb.server.service import MemoryService
 from engramdb.server.tenancy import Caller
+from engramdb.stores.base import KEEP
 
 __all__ = ["TOOL_NAMES", "KeyGuard", "build_mcp", "key_from_headers"]
 
@@ -164,6 +165,12 @@ def build_mcp(
             dict[str, Any] | None,
             Field(description='Optional filters, e.g. {"category": "food"}.'),
         ] = None,
+        expand_links: Annotated[
+            bool, Field(description="Also return the memories linked to each hit.")
+        ] = False,
+        show_expired: Annotated[
+            bool, Field(description="Include memories past their expiration date.")
+        ] = False,
         user_id: ScopeArg = None,
         agent_id: ScopeArg = None,
         run_id: ScopeArg = None,
@@ -179,6 +186,8 @@ def build_mcp(
                 filters=filters,
                 top_k=top_k,
                 threshold=threshold,
+                expand_links=expand_links,
+                show_expired=show_expired,
             ),
         )
 
@@ -211,7 +220,9 @@ def build_mcp(
     ) -> dict[str, Any]:
         return await run(ctx, lambda c: service.get(c, memory_id))  # type: ignore[no-any-return]
 
-    @server.tool(description="Change a memory's text and/or metadata; its history keeps the old.")
+    @server.tool(
+        description="Change a memory's text, metadata and/or expiry; its history keeps the old."
+    )
     async def update_memory(
         ctx: Context,
         memory_id: Annotated[str, Field(description="The memory's id.")],
@@ -219,12 +230,28 @@ def build_mcp(
         metadata: Annotated[
             dict[str, Any] | None, Field(description="New metadata; replaces the old.")
         ] = None,
+        expiration_date: Annotated[
+            str | None,
+            Field(description="New expiry, YYYY-MM-DD (shown through that day, UTC)."),
+        ] = None,
+        clear_expiration: Annotated[
+            bool, Field(description="Remove the memory's expiry (it never expires).")
+        ] = False,
         reason: Annotated[str | None, Field(description="Why; kept in the history.")] = None,
     ) -> dict[str, Any]:
-        return await run(  # type: ignore[no-any-return]
-            ctx,
-            lambda c: service.update(c, memory_id, text=text, metadata=metadata, reason=reason),
-        )
+        async def change(c: Caller) -> dict[str, Any]:
+            if clear_expiration and expiration_date is not None:
+                raise ValidationError("give expiration_date or clear_expiration, not both")
+            expiry: object = KEEP
+            if clear_expiration:
+                expiry = None
+            elif expiration_date is not None:
+                expiry = expiration_date
+            return await service.update(
+                c, memory_id, text=text, metadata=metadata, reason=reason, expiration_date=expiry
+            )
+
+        return await run(ctx, change)  # type: ignore[no-any-return]
 
     @server.tool(description="Delete a memory (it stays restorable through the history).")
     async def delete_memory(
