@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from engramdb import (
+    AsyncMemory,
     ConfigError,
     DuplicateMemoryError,
     EmbedderMismatchError,
@@ -628,3 +631,65 @@ def test_import_into_store_with_same_ids_is_refused(mem: Memory) -> None:
     with pytest.raises(ImportFormatError, match="already exist"):
         mem.import_jsonl(io.StringIO(buf.getvalue()))
     assert mem.store.count() == 1
+
+
+# -- the query-embedding cache ----------------------------------------------------------
+
+
+class _CountingEmbedder:
+    """The real model, counting its query embeddings."""
+
+    def __init__(self, inner: LocalEmbedder) -> None:
+        self.inner = inner
+        self.model, self.dim = inner.model, inner.dim
+        self.queries: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> Any:
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> Any:
+        self.queries.append(text)
+        return self.inner.embed_query(text)
+
+
+def test_a_repeated_query_is_embedded_once(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    counting = _CountingEmbedder(embedder)
+    config = {"query_cache": 2}
+    with Memory(tmp_path / "q.db", config=config, embedder=counting) as m:  # type: ignore[arg-type]
+        m.add("I like green tea", user_id="u", infer=False)
+        first = m.search("tea", user_id="u")["results"]
+        assert m.search("tea", user_id="u")["results"] == first
+        assert counting.queries == ["tea"]
+        m.search("coffee", user_id="u")
+        m.search("cats", user_id="u")  # the cache holds 2: "tea" is out
+        m.search("tea", user_id="u")
+        assert counting.queries == ["tea", "coffee", "cats", "tea"]
+        assert (m.query_cache.hits, len(m.query_cache)) == (1, 2)
+    with Memory(tmp_path / "q.db", config={"query_cache": 0}, embedder=counting) as off:  # type: ignore[arg-type]
+        off.search("tea", user_id="u")
+        off.search("tea", user_id="u")
+        assert counting.queries[-2:] == ["tea", "tea"]
+
+
+def test_the_async_face_shares_the_cache_rule(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    counting = _CountingEmbedder(embedder)
+
+    async def main() -> None:
+        async with AsyncMemory(tmp_path / "a.db", embedder=counting) as m:  # type: ignore[arg-type]
+            await m.add("I like green tea", user_id="u", infer=False)
+            one = await m.search("tea", user_id="u")
+            two = await m.search("tea", user_id="u")
+            assert one == two and counting.queries == ["tea"]
+
+    asyncio.run(main())
+
+
+def test_cached_query_vectors_are_read_only() -> None:
+    from engramdb.embedders.base import QueryCache
+
+    cache = QueryCache(4)
+    vec = cache.put("q", np.ones(3, dtype=np.float32))
+    with pytest.raises(ValueError):
+        vec[0] = 2.0
+    got = cache.get("q")
+    assert got is not None and float(got[0]) == 1.0

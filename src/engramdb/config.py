@@ -81,6 +81,9 @@ class EngramConfig(_Frozen):
     extraction: ExtractionConfig = ExtractionConfig()
     retrieval: FusionConfig = FusionConfig()
     """How search fuses its signals (see :class:`engramdb.search.FusionConfig`)."""
+    query_cache: int = Field(default=1024, ge=0, le=1_000_000)
+    """Search queries whose embedding is kept in memory (least recently used out;
+    about 1.5 KB each with the local model); 0 turns the cache off."""
     version: str | None = None
     """Accepted for mem0 compatibility; ignored."""
     history_db_path: str | None = None

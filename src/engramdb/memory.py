@@ -42,6 +42,7 @@ from engramdb.core.validate import (
     parse_timestamp,
 )
 from engramdb.embedders import Embedder, make_embedder
+from engramdb.embedders.base import QueryCache
 from engramdb.errors import ConfigError, ImportFormatError, ScopeError, ValidationError
 from engramdb.llms import LLM, llm_from_env, make_llm
 from engramdb.nlp import index_terms
@@ -93,6 +94,8 @@ class _Base:
         self.embedder: Embedder = embedder or make_embedder(
             self.config.embedder.provider, dict(self.config.embedder.config)
         )
+        self.query_cache = QueryCache(self.config.query_cache)
+        """Embeddings of recent search queries (``query_cache`` of them)."""
         if llm is not None:
             self.llm: LLM | None = llm
         elif self.config.llm is not None:
@@ -323,7 +326,7 @@ class Memory(_Base):
         if isinstance(effect, EmbedDocuments):
             return self.embedder.embed_documents(list(effect.texts))
         if isinstance(effect, EmbedQuery):
-            return self.embedder.embed_query(effect.text)
+            return self.query_cache.embed(self.embedder, effect.text)
         if isinstance(effect, Complete):
             return self._need_llm().complete(
                 effect.messages, schema=effect.schema, schema_name=effect.schema_name
@@ -639,7 +642,11 @@ class AsyncMemory(_Base):
         if isinstance(effect, EmbedDocuments):
             return await asyncio.to_thread(self.embedder.embed_documents, list(effect.texts))
         if isinstance(effect, EmbedQuery):
-            return await asyncio.to_thread(self.embedder.embed_query, effect.text)
+            cached = self.query_cache.get(effect.text)
+            if cached is not None:
+                return cached
+            vec = await asyncio.to_thread(self.embedder.embed_query, effect.text)
+            return self.query_cache.put(effect.text, vec)
         if isinstance(effect, Complete):
             return await self._need_llm().acomplete(
                 effect.messages, schema=effect.schema, schema_name=effect.schema_name
