@@ -14,14 +14,60 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from engramdb import AsyncMemory, Memory
 from engramdb.bench._serving import LiveServer, free_port, live
+from engramdb.server import KeyStore, create_app
 
-__all__ = ["LiveServer", "engram_serve", "live"]
+__all__ = ["LiveServer", "Stack", "engram_serve", "live", "server_stack"]
+
+
+@dataclass
+class Stack:
+    """A live server over one Memory with its key store; ``header`` is how clients send keys."""
+
+    url: str
+    keys: KeyStore
+    memory: AsyncMemory | Memory
+    header: str = "bearer"
+
+    def client(self, key: str | None = None, *, header: str | None = None) -> httpx.Client:
+        """An HTTP client of the server sending ``key`` as ``Bearer`` or ``X-API-Key``."""
+        headers = {}
+        if key is not None:
+            headers = (
+                {"Authorization": f"Bearer {key}"}
+                if (header or self.header) == "bearer"
+                else {"X-API-Key": key}
+            )
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def user_key(self, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> str:
+        """A new key bound to the scope."""
+        return self.keys.create(user_id=user_id, agent_id=agent_id, run_id=run_id).key
+
+
+@contextlib.contextmanager
+def server_stack(
+    engine: str, folder: Path, embedder: Any, *, header: str = "bearer", **app: Any
+) -> Iterator[Stack]:
+    """A server on ``AsyncMemory`` (``engine="async"``) or ``Memory`` in worker threads.
+
+    Every request needs a key (an admin key is made first); ``app`` goes to
+    :func:`~engramdb.server.create_app` (``limits``, ``compat``, ...).
+    """
+    cls = AsyncMemory if engine == "async" else Memory
+    memory = cls(folder / "engram.db", embedder=embedder, llm=None, actor="server")
+    keys = KeyStore(folder / "keys.db")
+    keys.create(admin=True, name="bootstrap")  # from here on every request needs a key
+    with live(create_app(memory, keys=keys, close_memory=True, **app)) as server:
+        yield Stack(server.url, keys, memory, header)
+    keys.close()
 
 
 @contextlib.contextmanager

@@ -13,8 +13,6 @@ import random
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +38,8 @@ from engramdb.stores.base import NewMemory, Scope
 from engramdb.stores.postgres import AsyncPostgresStore, PostgresStore
 from engramdb.stores.postgres.schema import LATEST
 from pg import PgServer
-from test_filters import CORE_COLUMNS, Row, filter_dicts, ref_rows, row_id, rows
+from test_filters import Row, filter_dicts, pg_load, pg_rows, ref_rows, rows
+from test_filters import pg_db as pg_db  # the fixture: the table the filters run on
 
 WRITER = str(Path(__file__).with_name("_writer.py"))
 
@@ -340,51 +339,6 @@ def test_async_memory_awaits_the_native_store(
 # -- the filter compiler against the reference --------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def filter_db(pg_server: PgServer) -> Iterator[psycopg.Connection[Any]]:
-    with pg_server.schema() as config:
-        s = '"' + config["collection_name"] + '"'
-        con = psycopg.connect(config["url"], autocommit=True)
-        dates = {"created_at", "updated_at", "observed_at", "expires_at"}
-        columns = ", ".join(f"{c} {'timestamptz' if c in dates else 'text'}" for c in CORE_COLUMNS)
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
-        con.execute(
-            f"CREATE TABLE {s}.memories (rowid bigint PRIMARY KEY, {columns}, metadata jsonb)"
-        )
-        con.execute(
-            f"CREATE TABLE {s}.memory_scope (memory_rowid bigint NOT NULL, kind text NOT NULL, "
-            "value text NOT NULL)"
-        )
-        con.execute(f"SET search_path TO {s}")
-        yield con
-        con.close()
-
-
-def _load(con: psycopg.Connection[Any], data: list[Row]) -> None:
-    with con.transaction():
-        con.execute("DELETE FROM memory_scope")
-        con.execute("DELETE FROM memories")
-        for rowid, row in enumerate(data, start=1):
-            core: dict[str, Any] = {**row.core, "id": row_id(rowid, row)}
-            for c in ("created_at", "updated_at", "observed_at", "expires_at"):
-                if core.get(c) is not None:
-                    core[c] = datetime.fromisoformat(core[c])
-            con.execute(
-                f"INSERT INTO memories (rowid, {', '.join(CORE_COLUMNS)}, metadata) "
-                f"VALUES (%s, {', '.join('%s' for _ in CORE_COLUMNS)}, %s::jsonb)",
-                (rowid, *(core.get(c) for c in CORE_COLUMNS), json.dumps(row.metadata)),
-            )
-            for kind, values in (("run_id", row.run_ids), ("agent_id", row.agent_ids)):
-                for v in sorted(values):
-                    con.execute("INSERT INTO memory_scope VALUES (%s, %s, %s)", (rowid, kind, v))
-
-
-def _selected(con: psycopg.Connection[Any], node: Any, *, negate: bool = False) -> set[int]:
-    sql, params = compile_postgres(node)
-    where = f"NOT COALESCE(({sql}), FALSE)" if negate else sql
-    return {r[0] for r in con.execute(f"SELECT rowid FROM memories AS m WHERE {where}", params)}
-
-
 @settings(
     max_examples=150,
     deadline=None,
@@ -392,13 +346,15 @@ def _selected(con: psycopg.Connection[Any], node: Any, *, negate: bool = False) 
 )
 @given(data=st.lists(rows(), max_size=10), filters=st.lists(filter_dicts, min_size=1, max_size=4))
 def test_postgres_selects_what_the_reference_selects(
-    filter_db: psycopg.Connection[Any], data: list[Row], filters: list[dict[str, Any]]
+    pg_db: psycopg.Connection[Any],
+    data: list[Row],
+    filters: list[dict[str, Any]],
 ) -> None:
-    _load(filter_db, data)
+    pg_load(pg_db, data)
     everything = set(range(1, len(data) + 1))
     for filter_dict in filters:
         node = parse_filters(filter_dict)
         assert node is not None
-        selected = _selected(filter_db, node)
+        selected = pg_rows(pg_db, node)
         assert selected == ref_rows(data, node), (filter_dict, node, compile_postgres(node))
-        assert _selected(filter_db, node, negate=True) == everything - selected
+        assert pg_rows(pg_db, node, negate=True) == everything - selected

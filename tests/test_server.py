@@ -14,7 +14,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,32 +21,14 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from engramdb import AsyncMemory, Memory
+from engramdb import AsyncMemory
 from engramdb.cli import app as cli_app
 from engramdb.embedders import LocalEmbedder
 from engramdb.server import KeyStore, ServerLimits, create_app
-from live_server import engram_serve, live
+from live_server import Stack, engram_serve, live, server_stack
 from openai_wire import Reply, WireServer
 
 LIMITS = ServerLimits(max_body_bytes=64 * 1024, max_top_k=50, max_messages=10)
-
-
-@dataclass
-class Stack:
-    url: str
-    keys: KeyStore
-    memory: AsyncMemory | Memory
-
-    def client(self, key: str | None = None, *, header: str = "bearer") -> httpx.Client:
-        headers = {}
-        if key is not None:
-            headers = (
-                {"Authorization": f"Bearer {key}"} if header == "bearer" else {"X-API-Key": key}
-            )
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
-
-    def user_key(self, user_id: str, agent_id: str | None = None) -> str:
-        return self.keys.create(user_id=user_id, agent_id=agent_id).key
 
 
 @pytest.fixture(scope="module", params=["async", "sync"])
@@ -58,13 +39,8 @@ def stack(
 ) -> Iterator[Stack]:
     """One server per engine (AsyncMemory, and Memory in worker threads)."""
     folder = tmp_path_factory.mktemp(f"server-{request.param}")
-    cls = AsyncMemory if request.param == "async" else Memory
-    memory = cls(folder / "engram.db", embedder=embedder, llm=None, actor="server")
-    keys = KeyStore(folder / "keys.db")
-    keys.create(admin=True, name="bootstrap")  # from here on every request needs a key
-    with live(create_app(memory, keys=keys, limits=LIMITS, close_memory=True)) as server:
-        yield Stack(server.url, keys, memory)
-    keys.close()
+    with server_stack(request.param, folder, embedder, limits=LIMITS) as stack:
+        yield stack
 
 
 def _new_user() -> str:

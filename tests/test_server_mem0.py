@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from engramdb import AsyncMemory, Memory
 from engramdb.cli import app as cli_app
 from engramdb.embedders import LocalEmbedder
 from engramdb.server import KeyStore, ServerLimits, create_app
-from live_server import engram_serve, live
+from live_server import Stack, engram_serve, live, server_stack
 from openai_wire import Reply, WireServer
 
 LIMITS = ServerLimits(max_body_bytes=64 * 1024, max_top_k=50, max_messages=10)
@@ -51,41 +50,18 @@ MEM0_HISTORY_KEYS = {
 }
 
 
-@dataclass
-class Stack:
-    url: str
-    keys: KeyStore
-    memory: AsyncMemory | Memory
-
-    def client(self, key: str | None = None, *, header: str = "x-api-key") -> httpx.Client:
-        """A client as mem0's docs set one up: the key in ``X-API-Key`` (or Bearer)."""
-        headers = {}
-        if key is not None:
-            headers = (
-                {"X-API-Key": key} if header == "x-api-key" else {"Authorization": f"Bearer {key}"}
-            )
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
-
-    def user_key(self, user_id: str, agent_id: str | None = None, run_id: str | None = None) -> str:
-        return self.keys.create(user_id=user_id, agent_id=agent_id, run_id=run_id).key
-
-
 @pytest.fixture(scope="module", params=["async", "sync"])
 def stack(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     embedder: LocalEmbedder,
 ) -> Iterator[Stack]:
-    """One mem0-mode server per engine (AsyncMemory, and Memory in worker threads)."""
+    """One mem0-mode server per engine; clients send keys as mem0's docs do (X-API-Key)."""
     folder = tmp_path_factory.mktemp(f"mem0-{request.param}")
-    cls = AsyncMemory if request.param == "async" else Memory
-    memory = cls(folder / "engram.db", embedder=embedder, llm=None, actor="server")
-    keys = KeyStore(folder / "keys.db")
-    keys.create(admin=True, name="bootstrap")  # from here on every request needs a key
-    app = create_app(memory, keys=keys, limits=LIMITS, close_memory=True, compat="mem0")
-    with live(app) as server:
-        yield Stack(server.url, keys, memory)
-    keys.close()
+    with server_stack(
+        request.param, folder, embedder, header="x-api-key", limits=LIMITS, compat="mem0"
+    ) as stack:
+        yield stack
 
 
 def _new_user() -> str:

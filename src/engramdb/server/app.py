@@ -49,7 +49,7 @@ from engramdb.errors import EngramError
 from engramdb.memory import AsyncMemory, Memory
 from engramdb.server import mem0_compat
 from engramdb.server.auth import CallerDep
-from engramdb.server.errors import describe_error
+from engramdb.server.errors import describe_error, openapi_errors
 from engramdb.server.keys import KeyStore
 from engramdb.server.service import MemoryService, ServerLimits
 from engramdb.stores.base import KEEP
@@ -231,16 +231,7 @@ class ErrorOut(BaseModel):
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    text = {
-        401: "No valid API key.",
-        403: "The request names a scope the key may not use.",
-        404: "No such memory in the caller's scope.",
-        409: "The change conflicts with the stored state.",
-        413: "The request body is too large.",
-        422: "The input is invalid or over a limit.",
-        502: "The LLM failed.",
-    }
-    return {s: {"model": ErrorOut, "description": text[s]} for s in (401, 413, 422, *statuses)}
+    return openapi_errors(ErrorOut, 401, 413, 422, *statuses)
 
 
 # -- errors ---------------------------------------------------------------------------------

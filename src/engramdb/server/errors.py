@@ -35,7 +35,28 @@ from engramdb.errors import (
 from engramdb.server.service import LimitExceededError
 from engramdb.server.tenancy import AdminRequiredError, ScopeForbiddenError
 
-__all__ = ["ERROR_TABLE", "describe_error", "describe_error_mem0"]
+__all__ = ["ERROR_TABLE", "describe_error", "describe_error_mem0", "openapi_errors"]
+
+_STATUS_TEXT: dict[int, str] = {
+    400: "The input is invalid (the library refused it).",
+    401: "No valid API key.",
+    403: "The request names a scope the key may not use, or needs an admin key.",
+    404: "No such memory in the caller's scope.",
+    409: "The change conflicts with the stored state.",
+    413: "The request body is too large.",
+    422: "The input is invalid or over a limit.",
+    502: "The LLM failed.",
+}
+
+
+def openapi_errors(model: type[Any], *statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of an operation's error statuses, in one body ``model``.
+
+    Both server modes describe their errors with this one table; each passes
+    its error body (engramdb's envelope or mem0's ``{"detail"}``).
+    """
+    return {s: {"model": model, "description": _STATUS_TEXT[s]} for s in dict.fromkeys(statuses)}
+
 
 ERROR_TABLE: tuple[tuple[type[EngramError], int, str], ...] = (
     (ScopeForbiddenError, 403, "scope_forbidden"),

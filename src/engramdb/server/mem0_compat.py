@@ -35,7 +35,7 @@ from starlette.responses import Response
 
 from engramdb.errors import EngramError, MemoryNotFoundError
 from engramdb.server.auth import CallerDep
-from engramdb.server.errors import describe_error_mem0
+from engramdb.server.errors import describe_error_mem0, openapi_errors
 from engramdb.server.service import MemoryService
 from engramdb.server.tenancy import SCOPE_KINDS
 from engramdb.stores.base import KEEP
@@ -138,16 +138,7 @@ class _MessageOut(BaseModel):
 
 
 def _responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    text = {
-        400: "The input is invalid (the library refused it).",
-        401: "No valid API key.",
-        403: "The request names a scope the key may not use, or needs an admin key.",
-        404: "No such memory in the caller's scope.",
-        409: "The change conflicts with the stored state.",
-        413: "The request body is too large.",
-        502: "The LLM failed.",
-    }
-    return {s: {"model": _DetailOut, "description": text[s]} for s in (401, *statuses)}
+    return openapi_errors(_DetailOut, 401, *statuses)
 
 
 # -- errors ---------------------------------------------------------------------------------
@@ -373,32 +364,26 @@ def install_routes(app: FastAPI, service: MemoryService) -> None:
         await service.reset(caller)
         return {"message": "All memories reset"}
 
-    @app.get(
-        "/configure",
-        tags=["server"],
-        summary="Refused: the configuration is not readable over HTTP.",
-        responses=_responses(403),
-    )
-    async def get_config(caller: CallerDep) -> dict[str, Any]:
+    async def refuse_configure(caller: CallerDep) -> dict[str, Any]:
         raise HTTPException(403, _CONFIGURE_REFUSED)
 
-    @app.get(
-        "/configure/providers",
-        tags=["server"],
-        summary="Refused: providers are not chosen over HTTP.",
-        responses=_responses(403),
-    )
-    async def list_providers(caller: CallerDep) -> dict[str, Any]:
-        raise HTTPException(403, _CONFIGURE_REFUSED)
-
-    @app.post(
-        "/configure",
-        tags=["server"],
-        summary="Refused: a client may not change the server's LLM, embedder or store.",
-        responses=_responses(403),
-    )
-    async def set_config(caller: CallerDep) -> dict[str, Any]:
-        raise HTTPException(403, _CONFIGURE_REFUSED)
+    for method, path, summary in (
+        ("GET", "/configure", "Refused: the configuration is not readable over HTTP."),
+        ("GET", "/configure/providers", "Refused: providers are not chosen over HTTP."),
+        (
+            "POST",
+            "/configure",
+            "Refused: a client may not change the server's LLM, embedder or store.",
+        ),
+    ):
+        app.add_api_route(
+            path,
+            refuse_configure,
+            methods=[method],
+            tags=["server"],
+            summary=summary,
+            responses=_responses(403),
+        )
 
     @app.get("/api/health", tags=["server"], summary="Liveness, in mem0's shape.")
     async def api_health() -> dict[str, Any]:
