@@ -1,18 +1,26 @@
 """The memory commands, one per :class:`engramdb.Memory` method.
 
 ``add``, ``search``, ``list``, ``get``, ``update``, ``delete``, ``restore``,
-``history``, ``delete-all``, ``purge``, ``export`` and ``import``: each opens the
-store, calls one library method and prints its result (see :mod:`engramdb.cli`).
+``history``, ``delete-all``, ``purge``, ``export`` and ``import`` (``import FILE``,
+and ``import mem0``, which reads a mem0 store through :mod:`engramdb.importers.mem0`):
+each opens the store, calls one library method and prints its result (see
+:mod:`engramdb.cli`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
 from engramdb.cli._app import (
     AgentId,
@@ -36,11 +44,20 @@ from engramdb.cli._app import (
     _note,
     _print_json,
     _say,
+    _stderr,
     _stdout,
     _when,
     app,
 )
 from engramdb.errors import MemoryNotFoundError
+from engramdb.importers.mem0 import (
+    DEFAULT_COLLECTION,
+    Mem0ImportReport,
+    Mem0Store,
+    Progress,
+    default_history_db,
+    import_mem0,
+)
 from engramdb.memory import Memory
 
 
@@ -407,8 +424,33 @@ def export(
     _note(f"Exported {count} memories to {where}.")
 
 
-@app.command("import")
-def import_(
+class _ImportGroup(TyperGroup):
+    """``engram import FILE`` stays the export's import; ``engram import mem0 ...`` reads mem0."""
+
+    # ctx: Typer's own (vendored) click Context, which it does not export.
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        # Anything but a subcommand's name (or --help) is the old form: FILE and
+        # its options. A file that is named like a subcommand is ./mem0.
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["file", *args]
+        return super().parse_args(ctx, args)
+
+
+import_app = typer.Typer(
+    name="import",
+    cls=_ImportGroup,
+    subcommand_metavar="FILE | mem0 [OPTIONS]",
+    help=(
+        "Load data into the store: `engram import FILE` reads an `engram export` "
+        "(Memory.import_jsonl); `engram import mem0 ...` brings a mem0 store over."
+    ),
+    no_args_is_help=True,
+)
+app.add_typer(import_app)
+
+
+@import_app.command("file")
+def import_file(
     ctx: typer.Context,
     file: Annotated[
         typer.FileText,
@@ -420,9 +462,170 @@ def import_(
     ],
     json_out: JsonOut = False,
 ) -> None:
-    """Load an export into an empty store (Memory.import_jsonl)."""
+    """Load an export into an empty store (Memory.import_jsonl); also `engram import FILE`."""
     count = _call(ctx, lambda m: m.import_jsonl(file))
     if json_out:
         _print_json(count)
         return
     _say(f"Imported {count} memories.")
+
+
+@import_app.command("mem0")
+def import_mem0_(
+    ctx: typer.Context,
+    qdrant_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--qdrant-path",
+            metavar="DIR",
+            help="mem0's local Qdrant folder (its qdrant config's `path`; default /tmp/qdrant).",
+            file_okay=False,
+        ),
+    ] = None,
+    faiss_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--faiss-path",
+            metavar="DIR",
+            help="mem0's FAISS folder, holding <collection>.json (or .pkl) and .faiss.",
+            file_okay=False,
+        ),
+    ] = None,
+    pgvector_dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--pgvector-dsn",
+            metavar="DSN",
+            help="The PostgreSQL database of mem0's pgvector store (postgresql://...).",
+        ),
+    ] = None,
+    collection: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME",
+            help="mem0's collection_name: the Qdrant collection, FAISS file stem or table.",
+        ),
+    ] = DEFAULT_COLLECTION,
+    history_db: Annotated[
+        Path | None,
+        typer.Option(
+            "--history-db",
+            metavar="FILE",
+            help=(
+                "mem0's history file (its history_db_path); default "
+                "$MEM0_DIR/history.db or ~/.mem0/history.db when it exists."
+            ),
+            dir_okay=False,
+        ),
+    ] = None,
+    no_history: Annotated[
+        bool,
+        typer.Option("--no-history", help="Read no history: each memory gets one ADD event."),
+    ] = False,
+    keep_vectors: Annotated[
+        bool,
+        typer.Option(
+            "--keep-vectors",
+            help=(
+                "Keep mem0's vectors instead of embedding again: only when mem0 used "
+                "engramdb's embedding model (the dimensions are checked)."
+            ),
+        ),
+    ] = False,
+    skip_invalid: Annotated[
+        bool,
+        typer.Option(
+            "--skip-invalid",
+            help="Leave out memories that cannot be imported (listed) instead of failing.",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Read and check everything, report, write nothing."),
+    ] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Bring a mem0 store over: memories with ids, scopes, metadata, times and history."""
+    given = [
+        store
+        for store, where in (
+            (Mem0Store("qdrant", str(qdrant_path), collection), qdrant_path),
+            (Mem0Store("faiss", str(faiss_path), collection), faiss_path),
+            (Mem0Store("pgvector", str(pgvector_dsn), collection), pgvector_dsn),
+        )
+        if where is not None
+    ]
+    if len(given) != 1:
+        raise typer.BadParameter(
+            "name mem0's vector store with exactly one of --qdrant-path, --faiss-path "
+            "or --pgvector-dsn (to import an export file named mem0, write ./mem0)"
+        )
+    if history_db is not None and no_history:
+        raise typer.BadParameter("give --history-db or --no-history, not both")
+    if history_db is None and not no_history:
+        default = default_history_db()
+        if default.is_file():
+            history_db = default
+            _note(f"Reading mem0's history from {default} (--history-db names another).")
+
+    def run(m: Memory) -> Mem0ImportReport:
+        with _import_progress(json_out) as progress:
+            return import_mem0(
+                m,
+                given[0],
+                history_db=history_db,
+                keep_vectors=keep_vectors,
+                skip_invalid=skip_invalid,
+                dry_run=dry_run,
+                on_progress=progress,
+            )
+
+    report = _call(ctx, run)
+    if json_out:
+        _print_json(report.as_dict())
+        return
+    verb = "Would import" if dry_run else "Imported"
+    vectors = {
+        "kept": "mem0's vectors kept",
+        "re-embedded": f"embedded with {report.embedder}",
+        "not computed": "vectors not computed (dry run)",
+    }[report.vectors]
+    _say(
+        f"{verb} {report.memories} memories and {report.history_events} history events "
+        f"from the {report.source}; {vectors}."
+    )
+    if report.skipped:
+        # One line each, unwrapped: the ids are for copying and the lines for grep.
+        _say(f"Not imported ({len(report.skipped)}):")
+        for skipped in report.skipped:
+            _say(f"  {skipped.id}: {skipped.reason}")
+    for note in report.notes:
+        _note(f"Note: {note}.")
+    if dry_run:
+        _note("Dry run: nothing was written.")
+
+
+@contextmanager
+def _import_progress(quiet: bool) -> Iterator[Progress | None]:
+    """A progress bar on stderr (a terminal only), fed by import_mem0's ``on_progress``."""
+    console = _stderr()
+    if quiet or not console.is_terminal:
+        yield None
+        return
+    labels = {"embedding": "Embedding", "writing": "Writing"}
+    with RichProgress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(labels.get(stage, stage), total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        yield update
