@@ -77,3 +77,27 @@ def _mem_on(request: pytest.FixtureRequest, db_path: Path, embedder: LocalEmbedd
 def backend(request: pytest.FixtureRequest) -> str:
     """The backend a test runs on (tests using ``mem`` or ``store`` run on each)."""
     return str(request.param)
+
+
+# -- A real local LLM (tests/llama.py): llama.cpp's server with a pinned 1.5B model ----------
+from llama import LlamaServer, llama_paths, start_llama  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def real_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """llama-server on loopback with the model ``.ci/llm-setup`` assembled.
+
+    Skips when ``ENGRAM_LLAMA_SERVER`` / ``ENGRAM_LLAMA_MODEL`` are not set
+    (run ``eval "$(.ci/llm-setup)"`` first); under CI it fails instead.
+    """
+    paths = llama_paths()
+    if paths is None:
+        reason = (
+            'no local LLM: run `eval "$(.ci/llm-setup)"` to build llama-server and assemble '
+            "the model (ENGRAM_LLAMA_SERVER, ENGRAM_LLAMA_MODEL)"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with start_llama(*paths, tmp_path_factory.mktemp("llama") / "server.log") as server:
+        yield server

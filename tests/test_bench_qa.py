@@ -112,6 +112,7 @@ ANSWERS = {
 }
 
 _NEW = re.compile(r"<new_messages>(.*?)</new_messages>", re.S)
+_HINT = re.compile(r" \[[^\]]*\]")
 _MSG = re.compile(r'<message speaker="([^"]*)" role="(\w+)"[^>]*>\n(.*?)\n</message>', re.S)
 
 
@@ -122,7 +123,8 @@ def respond(messages: list[dict[str, Any]]) -> str | dict[str, Any]:
     if new is not None:
         facts = []
         for _speaker, role, text in _MSG.findall(new.group(1)):
-            first_line = text.split("\n")[0]
+            # The prompt shows relative times with their dates: "last week [the week of …]".
+            first_line = _HINT.sub("", text.split("\n")[0])
             if first_line in TURNS:
                 facts.append(
                     {"text": TURNS[first_line], "attributed_to": role, "linked_memory_ids": []}
@@ -370,3 +372,25 @@ def test_cli_runs_against_a_configured_llm(
     missing = CliRunner().invoke(app, ["bench", "locomo-qa", "--data", str(data_file)])
     assert missing.exit_code == 1
     assert "ENGRAM_LLM" in missing.output
+
+
+def test_first_sessions_keeps_the_questions_they_answer() -> None:
+    from engramdb.bench._locomo import QA, Conversation, Session
+
+    conv = Conversation(
+        "c",
+        "Ana",
+        "Bo",
+        tuple(Session(n, None, "", ()) for n in (1, 2, 3)),
+        qa=(
+            QA("in one", "a", 4, ("D1:3",)),
+            QA("in one and two", "b", 1, ("D1:1", "D2:4")),
+            QA("in three", "c", 2, ("D3:1",)),
+            QA("no evidence", "d", 3, ()),
+            QA("bad evidence", "e", 3, ("somewhere",)),
+        ),
+    )
+    cut = locomo_qa._first_sessions(conv, 2)
+    assert [s.number for s in cut.sessions] == [1, 2]
+    assert [q.question for q in cut.qa] == ["in one", "in one and two"]
+    assert [q.question for q in locomo_qa._first_sessions(conv, 1).qa] == ["in one"]

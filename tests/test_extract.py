@@ -120,7 +120,8 @@ def test_additive_request_content() -> None:
     # new messages with speaker names, roles and dates, in the last block
     new_block = request[request.index("<new_messages>") :]
     assert '<message speaker="Caroline" role="user" date="2023-05-08">' in new_block
-    assert "I adopted a cat yesterday!" in new_block
+    # the relative time carries its date, counted from the message's own date
+    assert "I adopted a cat yesterday [2023-05-07]!" in new_block
     assert '<message speaker="the assistant" role="assistant">' in new_block
     recent_block = request[request.index("<recent_conversation>") : request.index("<new_messages>")]
     assert "I was at the shelter all day." in recent_block

@@ -59,6 +59,9 @@ OPERATIONS = [
     ("DELETE", "/memories/{memory_id}"),
     ("GET", "/memories/{memory_id}/history"),
     ("POST", "/memories/{memory_id}/restore"),
+    ("GET", "/memories/{memory_id}/timeline"),
+    ("GET", "/failures"),
+    ("POST", "/failures/{failure_id}/retry"),
     ("GET", "/healthz"),
     ("GET", "/metrics"),
 ]

@@ -88,6 +88,8 @@ class Complete:
     messages: list[dict[str, Any]]
     schema: dict[str, Any] | None = None
     schema_name: str = "response"
+    max_tokens: int | None = None
+    """Cap on the reply's tokens; ``None``: the LLM's configured default."""
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from engramdb.extract import (
     AdditiveContext,
     ChatMessage,
     KnownMemory,
+    additive_variant,
     build_additive_prompt,
     build_fact_prompt,
     build_procedural_prompt,
@@ -97,6 +98,9 @@ __all__ = ["Operations", "event_dict", "expiration_date", "history_item", "item"
 log = logging.getLogger("engramdb")
 
 T = TypeVar("T")
+
+REPLY_BASE_TOKENS = 256
+"""Reply tokens every extraction call may use whatever its material (see ``_budget``)."""
 
 _ITEM_FIELDS = (
     "user_id",
@@ -232,11 +236,17 @@ class Operations:
         embedder_dim: int,
         has_llm: bool,
         actor: str,
+        llm_provider: str | None = None,
     ) -> None:
-        """Flows for ``config``; ``has_llm`` says whether ``Complete`` effects can run."""
+        """Flows for ``config``; ``has_llm`` says whether ``Complete`` effects can run.
+
+        ``llm_provider`` (the LLM's provider name, when it has one) picks the
+        additive prompt when ``extraction.prompt`` is ``auto``.
+        """
         self.config = config
         self.limits = config.limits
         self.extraction: ExtractionConfig = config.extraction
+        self.additive_variant = additive_variant(config.extraction.prompt, llm_provider)
         self.fusion = config.retrieval
         self.embedder_model = embedder_model
         self.embedder_dim = embedder_dim
@@ -541,20 +551,38 @@ class Operations:
                 old = prep.chat[index]
                 prep.chat[index] = ChatMessage(old.role, msg.content, old.name, old.timestamp)
 
+    def _budget(self, material: str) -> int | None:
+        """The reply-token cap of one extraction call whose material is ``material``.
+
+        A reply restates at most its material (about four characters a
+        token), so a model that loops is stopped long before
+        ``extraction.max_reply_tokens`` when the messages are short.
+        """
+        cap = self.extraction.max_reply_tokens
+        if cap is None:
+            return None
+        return min(cap, REPLY_BASE_TOKENS + len(material) // 2)
+
     def _ask(
         self,
         messages: list[dict[str, Any]],
         schema: dict[str, Any],
         name: str,
         parse: Callable[[str], T],
+        cap: int | None,
     ) -> Flow[T]:
-        """One LLM call, and one retry showing the error if the reply is unusable."""
-        completion = yield Complete(messages, schema, name)
+        """One LLM call, and one retry showing the error if the reply is unusable.
+
+        ``cap`` bounds each reply's tokens (see :meth:`_budget`).
+        """
+        completion = yield Complete(messages, schema, name, cap)
         try:
             return parse(completion.text)
         except ReplyFormatError as err:
             log.warning("unusable %s reply from the LLM (%s); retrying once", name, err)
-            again = yield Complete(retry_messages(messages, completion.text, err), schema, name)
+            again = yield Complete(
+                retry_messages(messages, completion.text, err), schema, name, cap
+            )
             return parse(again.text)
 
     def _extract(self, prep: _Prepared, ask: Flow[T], failure_id: int | None) -> Flow[T]:
@@ -658,7 +686,9 @@ class Operations:
             includes=cfg.includes,
             excludes=cfg.excludes,
         )
-        messages, ids = build_additive_prompt(ctx)
+        messages, ids = build_additive_prompt(
+            ctx, variant=self.additive_variant, time_hints=cfg.time_hints
+        )
         outcome = yield from self._extract(
             prep,
             self._ask(
@@ -666,13 +696,20 @@ class Operations:
                 ADDITIVE_SCHEMA,
                 "memories",
                 lambda text: parse_additive(text, ids, max_chars=self.limits.max_text_chars),
+                self._budget(said),
             ),
             failure_id,
         )
         for warning in outcome.warnings:
             log.warning("extraction: %s", warning)
         sources = list(range(len(prep.messages) if not source_rowids else len(source_rowids)))
-        speakers = {m.role: m.name for m in prep.messages if m.name}
+        # The speaker of a role, when one person spoke in it; with two users in the
+        # messages (a group chat) an "attributed_to: user" fact names no one for sure.
+        names: dict[str, set[str]] = {}
+        for m in prep.messages:
+            if m.name:
+                names.setdefault(m.role, set()).add(m.name)
+        speakers = {role: next(iter(n)) for role, n in names.items() if len(n) == 1}
         new = [
             self._new_memory(
                 e.text,
@@ -701,6 +738,7 @@ class Operations:
             prep.chat,
             observation_date(prep.chat, prep.observed),
             prompt if isinstance(prompt, str) else self.extraction.custom_instructions,
+            time_hints=self.extraction.time_hints,
         )
         summary = yield from self._extract(
             prep,
@@ -709,6 +747,7 @@ class Operations:
                 PROCEDURAL_SCHEMA,
                 "procedural",
                 lambda text: parse_procedural(text, max_chars=self.limits.max_text_chars),
+                self._budget("\n".join(m.content for m in prep.chat)),
             ),
             None,
         )
@@ -743,10 +782,12 @@ class Operations:
                     prompt if isinstance(prompt, str) else cfg.custom_instructions,
                     cfg.includes,
                     cfg.excludes,
+                    time_hints=cfg.time_hints,
                 ),
                 FACTS_SCHEMA,
                 "facts",
                 lambda text: parse_facts(text, max_chars=self.limits.max_text_chars),
+                self._budget("\n".join(m.content for m in prep.chat)),
             ),
             None,
         )
@@ -764,6 +805,8 @@ class Operations:
                 UPDATE_SCHEMA,
                 "memory",
                 lambda text: parse_update(text, ids, max_chars=self.limits.max_text_chars),
+                # Each known memory may come back quoted and rewritten: twice its text.
+                self._budget("\n".join([*facts.items, *(k.text for k in known)]) * 2),
             ),
             None,
         )

@@ -69,6 +69,18 @@ class ExtractionConfig(_Frozen):
     """Newest memories of the scope shown as context."""
     related_memories: int = Field(default=15, ge=0, le=200)
     """Memories most related to the new messages (hybrid search) shown as context."""
+    prompt: Literal["auto", "standard", "compact"] = "auto"
+    """The additive prompt: ``standard`` (full rules, for hosted models),
+    ``compact`` (short rules and a worked example as a chat turn: what small
+    local models follow), or ``auto``: ``compact`` for the local servers
+    (``llamacpp``, ``ollama``, ``lmstudio``), else ``standard``."""
+    time_hints: bool = True
+    """Show each relative time in the messages with its date ("yesterday
+    [2023-05-07]"), so the model only has to copy it (English phrases)."""
+    max_reply_tokens: int | None = Field(default=2048, ge=16)
+    """Cap on each extraction reply: a model that loops stops here, and the
+    reply fails as cut JSON with the messages kept. Reasoning models count
+    their thinking too: raise it for them. ``None``: the LLM's own setting."""
 
 
 class EngramConfig(_Frozen):

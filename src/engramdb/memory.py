@@ -112,6 +112,7 @@ class _Base:
             embedder_model=self.embedder.model,
             embedder_dim=self.embedder.dim,
             has_llm=self.llm is not None,
+            llm_provider=getattr(self.llm, "provider", None),
             actor=actor,
         )
         if reranker is not None:
@@ -164,6 +165,22 @@ class _Base:
         return view
 
     _is_view = False
+
+    def acting_as(self, actor: str) -> Self:
+        """A copy of this memory whose changes are recorded in history as made by ``actor``.
+
+        A shallow copy like :meth:`scoped` (same store, models and scope; a
+        view stays a view): the servers use it so that changes made through
+        the web UI read ``ui`` in the history while the REST API's keep theirs.
+        Like a view, closing it does nothing and it cannot ``reset`` or import.
+        """
+        if not isinstance(actor, str) or not actor.strip():
+            raise ValidationError(f"actor must be a non-empty string, got {actor!r}")
+        view = copy.copy(self)
+        view._ops = copy.copy(self._ops)
+        view._ops.actor = actor
+        view._is_view = True
+        return view
 
     def _whole_store(self, what: str) -> None:
         if self._is_view:
@@ -329,7 +346,10 @@ class Memory(_Base):
             return self.query_cache.embed(self.embedder, effect.text)
         if isinstance(effect, Complete):
             return self._need_llm().complete(
-                effect.messages, schema=effect.schema, schema_name=effect.schema_name
+                effect.messages,
+                schema=effect.schema,
+                schema_name=effect.schema_name,
+                max_tokens=effect.max_tokens,
             )
         if isinstance(effect, Emit):
             self._notify(effect.events)
@@ -624,6 +644,11 @@ class AsyncMemory(_Base):
         self._native_store()
         return super().scoped(user_id=user_id, agent_id=agent_id, run_id=run_id)
 
+    def acting_as(self, actor: str) -> Self:
+        """See :meth:`Memory.acting_as`; the copy shares this object's async store too."""
+        self._native_store()
+        return super().acting_as(actor)
+
     def _native_store(self) -> AsyncStore | None:
         # A store with native async (PostgreSQL: ``async_store()``) is awaited;
         # others run in a worker thread.
@@ -649,7 +674,10 @@ class AsyncMemory(_Base):
             return self.query_cache.put(effect.text, vec)
         if isinstance(effect, Complete):
             return await self._need_llm().acomplete(
-                effect.messages, schema=effect.schema, schema_name=effect.schema_name
+                effect.messages,
+                schema=effect.schema,
+                schema_name=effect.schema_name,
+                max_tokens=effect.max_tokens,
             )
         if isinstance(effect, Emit):
             self._notify(effect.events)

@@ -39,7 +39,7 @@ everything lives in a temporary directory.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import dataclasses
 import hashlib
 import json
 import os
@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from engramdb import __version__
+from engramdb.bench._llm import CachedLLM, CountedLLM, cache_key
 from engramdb.bench._locomo import (
     MISSING_DATA,
     QA,
@@ -74,8 +75,7 @@ from engramdb.config import EngramConfig, parse_config
 from engramdb.embedders import Embedder, make_embedder
 from engramdb.errors import ConfigError, EngramError, ExtractionError, ReplyFormatError
 from engramdb.extract.repair import repair_json, strip_reasoning
-from engramdb.llms import LLM, Completion, Usage, llm_from_env, make_llm, parse_llm_spec
-from engramdb.llms.base import ClosingMixin
+from engramdb.llms import LLM, Completion, llm_from_env, make_llm, parse_llm_spec
 from engramdb.memory import Memory
 
 __all__ = [
@@ -119,288 +119,6 @@ JUDGE_SCHEMA: dict[str, Any] = {
 @cache
 def _prompt(name: str) -> str:
     return (resources.files("engramdb.bench") / "prompts" / name).read_text(encoding="utf-8")
-
-
-# ------------------------------------------------------------------- LLM cache
-
-
-def _key(model: str, payload: Mapping[str, Any]) -> str:
-    text = json.dumps({"model": model, **payload}, sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-class CachedLLM(ClosingMixin):
-    """An :class:`~engramdb.llms.LLM` that answers repeated calls from a disk cache.
-
-    The key is the SHA-256 of the model name, the messages, the schema and
-    the per-call options; the entry holds the reply text, usage, model,
-    latency and mode, so a cached call reports what the real one cost. Failed
-    calls are not cached. Entries are written atomically (a temporary file
-    renamed), so parallel writers and interrupted runs leave no torn file.
-
-    ``stats()`` counts every call (``calls``), those answered from the cache
-    (``cache_hits``) and those sent to the wrapped LLM (``cache_misses``);
-    tokens and latency are summed from the entries, hits included.
-    """
-
-    def __init__(self, llm: LLM, directory: str | Path) -> None:
-        """Wrap ``llm``; entries live under ``directory``."""
-        self.inner = llm
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._totals: dict[str, float] = dict.fromkeys(
-            (
-                "calls",
-                "cache_hits",
-                "cache_misses",
-                "errors",
-                "prompt_tokens",
-                "completion_tokens",
-                "latency_s",
-            ),
-            0,
-        )
-
-    @property
-    def model(self) -> str:
-        """The wrapped LLM's model name."""
-        return self.inner.model
-
-    def _path(self, key: str) -> Path:
-        return self.directory / key[:2] / f"{key}.json"
-
-    def _lookup(self, key: str) -> Completion | None:
-        path = self._path(key)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return Completion(
-                text=str(data["text"]),
-                usage=Usage(int(data["prompt_tokens"]), int(data["completion_tokens"])),
-                model=str(data["model"]),
-                latency_s=float(data["latency_s"]),
-                mode=data["mode"],
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    def _store(self, key: str, completion: Completion) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = {
-            "text": completion.text,
-            "prompt_tokens": completion.usage.prompt_tokens,
-            "completion_tokens": completion.usage.completion_tokens,
-            "model": completion.model,
-            "latency_s": completion.latency_s,
-            "mode": completion.mode,
-        }
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as fp:
-            json.dump(data, fp, ensure_ascii=False)
-        os.replace(tmp, path)
-
-    def _count(self, completion: Completion | None, *, hit: bool) -> None:
-        with self._lock:
-            self._totals["calls"] += 1
-            if completion is None:
-                self._totals["errors"] += 1
-                self._totals["cache_misses"] += 1
-                return
-            self._totals["cache_hits" if hit else "cache_misses"] += 1
-            self._totals["prompt_tokens"] += completion.usage.prompt_tokens
-            self._totals["completion_tokens"] += completion.usage.completion_tokens
-            self._totals["latency_s"] += completion.latency_s
-
-    def stats(self) -> dict[str, int | float]:
-        """Running totals (see the class docstring)."""
-        with self._lock:
-            out: dict[str, int | float] = {
-                k: (round(v, 3) if k == "latency_s" else int(v)) for k, v in self._totals.items()
-            }
-        out["total_tokens"] = int(out["prompt_tokens"]) + int(out["completion_tokens"])
-        return out
-
-    def key_of(
-        self,
-        messages: list[dict[str, Any]],
-        schema: dict[str, Any] | None,
-        schema_name: str,
-        temperature: float | None,
-        max_tokens: int | None,
-    ) -> str:
-        """The cache key of one call."""
-        return _key(
-            self.inner.model,
-            {
-                "messages": messages,
-                "schema": schema,
-                "schema_name": schema_name if schema is not None else None,
-                "temperature": temperature,
-                "max_tokens": max_tokens,
-            },
-        )
-
-    def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        schema: dict[str, Any] | None = None,
-        schema_name: str = "response",
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> Completion:
-        """The cached reply, else the wrapped LLM's (then cached)."""
-        return self.complete_ex(
-            messages,
-            schema=schema,
-            schema_name=schema_name,
-            temperature=temperature,
-            max_tokens=max_tokens,
-        )[0]
-
-    def complete_ex(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        schema: dict[str, Any] | None = None,
-        schema_name: str = "response",
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> tuple[Completion, bool]:
-        """Like :meth:`complete`; also says whether the reply came from the cache."""
-        key = self.key_of(messages, schema, schema_name, temperature, max_tokens)
-        found = self._lookup(key)
-        if found is not None:
-            self._count(found, hit=True)
-            return found, True
-        try:
-            completion = self.inner.complete(
-                messages,
-                schema=schema,
-                schema_name=schema_name,
-                temperature=temperature,
-                max_tokens=max_tokens,
-            )
-        except Exception:
-            self._count(None, hit=False)
-            raise
-        self._store(key, completion)
-        self._count(completion, hit=False)
-        return completion, False
-
-    async def acomplete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        schema: dict[str, Any] | None = None,
-        schema_name: str = "response",
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> Completion:
-        """Like :meth:`complete`, awaiting the wrapped LLM on a miss."""
-        key = self.key_of(messages, schema, schema_name, temperature, max_tokens)
-        found = await asyncio.to_thread(self._lookup, key)
-        if found is not None:
-            self._count(found, hit=True)
-            return found
-        try:
-            completion = await self.inner.acomplete(
-                messages,
-                schema=schema,
-                schema_name=schema_name,
-                temperature=temperature,
-                max_tokens=max_tokens,
-            )
-        except Exception:
-            self._count(None, hit=False)
-            raise
-        await asyncio.to_thread(self._store, key, completion)
-        self._count(completion, hit=False)
-        return completion
-
-    def close(self) -> None:
-        """Close the wrapped LLM."""
-        self.inner.close()
-
-    async def aclose(self) -> None:
-        """Close the wrapped LLM."""
-        await self.inner.aclose()
-
-
-class _Counted:
-    """A view of a shared :class:`CachedLLM` with its own totals (one per conversation)."""
-
-    def __init__(self, llm: CachedLLM) -> None:
-        self._llm = llm
-        self._lock = threading.Lock()
-        self._calls = 0
-        self._hits = 0
-        self._prompt_tokens = 0
-        self._completion_tokens = 0
-        self._latency_s = 0.0
-
-    @property
-    def model(self) -> str:
-        return self._llm.model
-
-    def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        schema: dict[str, Any] | None = None,
-        schema_name: str = "response",
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> Completion:
-        completion, hit = self._llm.complete_ex(
-            messages,
-            schema=schema,
-            schema_name=schema_name,
-            temperature=temperature,
-            max_tokens=max_tokens,
-        )
-        with self._lock:
-            self._calls += 1
-            self._hits += int(hit)
-            self._prompt_tokens += completion.usage.prompt_tokens
-            self._completion_tokens += completion.usage.completion_tokens
-            self._latency_s += completion.latency_s
-        return completion
-
-    async def acomplete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        schema: dict[str, Any] | None = None,
-        schema_name: str = "response",
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> Completion:
-        return await asyncio.to_thread(
-            self.complete,
-            messages,
-            schema=schema,
-            schema_name=schema_name,
-            temperature=temperature,
-            max_tokens=max_tokens,
-        )
-
-    def close(self) -> None:
-        """The shared LLM is closed by its owner."""
-
-    async def aclose(self) -> None:
-        """The shared LLM is closed by its owner."""
-
-    def figures(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "llm_calls": self._calls,
-                "cache_hits": self._hits,
-                "prompt_tokens": self._prompt_tokens,
-                "completion_tokens": self._completion_tokens,
-                "llm_latency_s": round(self._latency_s, 3),
-            }
 
 
 # ---------------------------------------------------------------- the prompts
@@ -487,6 +205,25 @@ class _Settings:
     data_digest: str
 
 
+_EVIDENCE = re.compile(r"^D(\d+):")
+
+
+def _first_sessions(conv: Conversation, count: int) -> Conversation:
+    """``conv`` cut to its first ``count`` sessions, with the questions they answer.
+
+    A question stays when it names evidence and every piece lies in those
+    sessions; one without evidence cannot be placed, so it goes.
+    """
+    kept = conv.sessions[:count]
+    numbers = {s.number for s in kept}
+
+    def inside(qa: QA) -> bool:
+        found = [_EVIDENCE.match(e) for e in qa.evidence]
+        return bool(found) and all(m is not None and int(m.group(1)) in numbers for m in found)
+
+    return dataclasses.replace(conv, sessions=kept, qa=tuple(q for q in conv.qa if inside(q)))
+
+
 def _file_digest(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fp:
@@ -496,12 +233,13 @@ def _file_digest(path: Path) -> str:
 
 
 def _db_key(conv: Conversation, model: str, embedder: str, settings: _Settings) -> str:
-    return _key(
+    return cache_key(
         model,
         {
             "format": FORMAT,
             "data": settings.data_digest,
             "conversation": conv.sample_id,
+            "sessions": len(conv.sessions),
             "embedder": embedder,
             "infer": settings.infer,
             "keys": settings.keys,
@@ -592,7 +330,7 @@ def _ingest(
     work = db_dir / f".building-{conv.sample_id}-{key}-{os.getpid()}-{threading.get_ident()}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    counted = _Counted(llm)
+    counted = CountedLLM(llm)
     started = time.perf_counter()
     failures: list[str] = []
     mem = Memory(work / "memory.db", settings.config, embedder=embedder, llm=counted)
@@ -833,6 +571,7 @@ def run(
     keys: str = "turns",
     turns_per_add: int = DEFAULT_TURNS_PER_ADD,
     workers: int = 4,
+    sessions: int | None = None,
     out: str | Path | None = None,
     echo: Echo | None = print,
 ) -> dict[str, Any]:
@@ -855,6 +594,9 @@ def run(
             (LoCoMo's observation facts).
         turns_per_add: turns per ``add()`` when extracting.
         workers: conversations ingested, and questions answered, in parallel.
+        sessions: ingest only each conversation's first N sessions, and ask
+            only the questions whose evidence lies in them (a subset a slow
+            local model can get through).
         out: write the report as JSON here too.
         echo: receives progress lines and the tables; ``None`` is silent.
 
@@ -870,11 +612,15 @@ def run(
         raise ValueError("keys='facts' stores LoCoMo's facts verbatim: it needs infer=False")
     if top_k < 1 or turns_per_add < 1 or workers < 1 or (limit is not None and limit < 0):
         raise ValueError("top_k, turns_per_add and workers must be >= 1, limit >= 0")
+    if sessions is not None and sessions < 1:
+        raise ValueError("sessions must be >= 1")
     path = data_path(data)
     if not path.is_file():
         raise FileNotFoundError(f"LoCoMo file not found: {path}")
     cfg = parse_config(config, None)
     convs = load_conversations(path)
+    if sessions is not None:
+        convs = [_first_sessions(c, sessions) for c in convs]
     plan: list[tuple[Conversation, list[tuple[int, QA]]]] = []
     remaining = limit
     for conv in convs:
@@ -933,6 +679,7 @@ def run(
             "keys": keys,
             "turns_per_add": turns_per_add,
             "limit": limit,
+            "sessions": sessions,
             "extraction_mode": cfg.extraction.mode,
             "embedder": emb.model,
             "answer_prompt": ANSWER_PROMPT,
@@ -993,6 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-infer", action="store_true", help="store keys verbatim, no LLM")
     parser.add_argument("--turns-per-add", type=int, default=DEFAULT_TURNS_PER_ADD)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--sessions", type=int, help="only each conversation's first N sessions")
     parser.add_argument("--out", type=Path, help="write the report as JSON here")
     args = parser.parse_args(argv)
     if args.data is None and default_data_path() is None:
@@ -1004,6 +752,7 @@ def main(argv: list[str] | None = None) -> int:
             judge_llm=judge_from_spec(args.judge),
             cache_dir=args.cache,
             limit=args.limit,
+            sessions=args.sessions,
             top_k=args.top_k,
             infer=not args.no_infer,
             keys=args.keys,

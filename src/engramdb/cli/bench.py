@@ -339,6 +339,76 @@ def bench_pipeline(
         _print_json(report)
 
 
+@bench_app.command("extraction")
+def bench_extraction(
+    ctx: typer.Context,
+    data: LocomoFile = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help=(
+                "mem0-shaped JSON config whose 'llm' section names the model (default: the "
+                "global --config, else $ENGRAM_LLM)."
+            ),
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
+    sessions: Annotated[
+        int, typer.Option(metavar="N", help="Sessions replayed, round-robin over conversations.")
+    ] = 10,
+    turns_per_add: Annotated[int, typer.Option(metavar="N", help="Dialogue turns per add().")] = 4,
+    roles: Annotated[
+        str,
+        typer.Option(
+            metavar="MAP",
+            help="'people' (both speakers as named users) or 'locomo-qa' (speaker_b as "
+            "the assistant).",
+        ),
+    ] = "people",
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR", help="Keep LLM replies here, so reruns repay nothing.", file_okay=False
+        ),
+    ] = None,
+    samples: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Write each observation with its best memory (JSONL)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the report to this JSON file.")
+    ] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """What add(infer=True) keeps of LoCoMo sessions: fact recall, self-containedness, cost."""
+    from engramdb.bench import extraction as bench
+
+    if roles not in bench.ROLE_MAPS:
+        raise typer.BadParameter("must be 'people' or 'locomo-qa'", param_hint="--roles")
+    data = _locomo(data)
+    cfg = _load_config(config or ctx.find_root().obj.config_file)
+    with _expected_errors():
+        try:
+            report = bench.run(
+                data,
+                config=cfg,
+                sessions=sessions,
+                turns_per_add=turns_per_add,
+                role_map=roles,
+                cache_dir=cache,
+                out=out,
+                samples_out=samples,
+                echo=_note if json_out else _say,
+            )
+        except (FileNotFoundError, ValueError) as exc:
+            _fail(str(exc))
+    if json_out:
+        _print_json(report)
+
+
 @bench_app.command("locomo-qa")
 def bench_locomo_qa(
     ctx: typer.Context,
@@ -392,6 +462,13 @@ def bench_locomo_qa(
     workers: Annotated[
         int, typer.Option(metavar="N", help="Conversations and questions handled in parallel.")
     ] = 4,
+    sessions: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Ingest each conversation's first N sessions only; ask the questions they answer.",
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option(metavar="FILE", help="Also write the report to this JSON file.")
     ] = None,
@@ -417,6 +494,7 @@ def bench_locomo_qa(
                 keys=keys,
                 turns_per_add=turns_per_add,
                 workers=workers,
+                sessions=sessions,
                 out=out,
                 echo=_note if json_out else _say,
             )
@@ -496,3 +574,30 @@ def bench_torture(
             _note(f"Figures written to {out}")
     if report["violations"]:
         raise typer.Exit(1)
+
+
+@bench_app.command("ui")
+def bench_ui(
+    memories: Annotated[
+        int, typer.Option(metavar="N", help="Memories in the one scope the pages show.")
+    ] = 10_000,
+    samples: Annotated[int, typer.Option(metavar="N", help="Requests timed per page.")] = 30,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
+    ] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """The web UI's page times (p50/p95, server side) over a scope of N memories; target 300 ms."""
+    from engramdb.bench import ui as bench
+
+    echo = _note if json_out else _say
+    try:
+        report = bench.run(memories=memories, samples=samples, out=out, echo=echo)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if json_out:
+        _print_json(report)
+    else:
+        _say(bench.format_report(report))
+        if out is not None:
+            _note(f"Figures written to {out}")

@@ -124,7 +124,7 @@ def serve(
         typer.Option("--json", help="Print the server's address and settings as JSON first."),
     ] = False,
 ) -> None:
-    """Serve the REST API over HTTP until interrupted (docs at /docs; see docs/server.md)."""
+    """Serve the REST API and the web UI over HTTP until interrupted (docs at /docs, UI at /ui)."""
     server = _server()
     with _expected_errors():
         keys = server.KeyStore(keys_db)
@@ -152,6 +152,68 @@ def serve(
             insecure=insecure,
             log_level=log_level,
             compat=compat.value if compat is not None else None,
+        )
+
+
+@app.command()
+def ui(
+    ctx: typer.Context,
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            "--db",
+            metavar="FILE",
+            help="The memory database to look into (default: the global --db, else the default).",
+            dir_okay=False,
+        ),
+    ] = None,
+    port: Annotated[
+        int, typer.Option(metavar="PORT", help="The loopback port to listen on (0: any free one).")
+    ] = 8765,
+    keys_db: KeysDb = None,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Open the UI in the default web browser.")
+    ] = False,
+    log_level: LogLevel = "warning",
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the UI's address as JSON first.")
+    ] = False,
+) -> None:
+    """Look into a store in the web browser: the web UI on 127.0.0.1, until interrupted."""
+    import socket
+
+    server = _server()
+    with _expected_errors():
+        keys = server.KeyStore(keys_db)
+        g: _Globals = ctx.find_root().obj
+        from engramdb.memory import AsyncMemory
+
+        memory = AsyncMemory(db or g.db, config=_load_config(g.config_file), actor="server")
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(("127.0.0.1", port))
+        except OSError as exc:
+            listener.close()
+            _fail(f"cannot listen on 127.0.0.1:{port} ({exc.strerror}); pick another --port")
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/ui"
+        info = {"url": url, "keys": str(keys.path), "auth": keys.any_keys()}
+        if json_out:
+            _print_json(info)
+        else:
+            how = "sign in with an API key" if info["auth"] else "no API keys: you see everything"
+            _note(f"engram UI at {url} ({how}); Ctrl-C stops it")
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+        server.serve(
+            memory,
+            host="127.0.0.1",
+            port=listener.getsockname()[1],
+            keys=keys,
+            log_level=log_level,
+            sockets=[listener],
         )
 
 

@@ -31,6 +31,7 @@ from engramdb.extract.parse import (
     retry_messages,
 )
 from engramdb.extract.prompting import (
+    additive_variant,
     build_additive_prompt,
     build_fact_prompt,
     build_procedural_prompt,
@@ -71,6 +72,7 @@ __all__ = [
     "Operation",
     "ParseOutcome",
     "ReplyFormatError",
+    "additive_variant",
     "build_additive_prompt",
     "build_fact_prompt",
     "build_procedural_prompt",

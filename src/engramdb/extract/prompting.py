@@ -17,25 +17,58 @@ from importlib import resources
 
 from engramdb.extract.ids import IdMap
 from engramdb.extract.types import AdditiveContext, ChatMessage, KnownMemory
+from engramdb.nlp.reltime import annotate
 
 __all__ = [
+    "ADDITIVE_VARIANTS",
+    "LOCAL_PROVIDERS",
     "PROMPT_FILES",
+    "additive_variant",
     "build_additive_prompt",
     "build_fact_prompt",
     "build_procedural_prompt",
     "build_update_prompt",
     "load_prompt",
+    "load_static_messages",
     "observation_date",
 ]
 
 PROMPT_FILES = {
     "additive": "additive_v1.txt",
+    "additive_compact": "additive_compact_v1.txt",
     "facts": "facts_v1.txt",
     "update": "update_v1.txt",
     "procedural": "procedural_v1.txt",
     "vision": "vision_v1.txt",
 }
 """The prompt file of each kind; a changed prompt gets a new version number."""
+
+ADDITIVE_VARIANTS = {"standard": "additive", "compact": "additive_compact"}
+"""The additive prompt's variants: ``standard`` (full rules and an inline
+example) and ``compact`` (short numbered rules, the example as a chat turn
+pair: what small local models follow; see docs/extraction.md)."""
+
+LOCAL_PROVIDERS = frozenset({"llamacpp", "ollama", "lmstudio"})
+"""Providers whose ``auto`` additive prompt is ``compact``: servers people run
+small models on."""
+
+
+def additive_variant(setting: str, provider: str | None) -> str:
+    """The additive prompt variant for ``extraction.prompt`` = ``setting`` and an LLM provider."""
+    if setting != "auto":
+        if setting not in ADDITIVE_VARIANTS:
+            raise ValueError(
+                f"extraction.prompt must be auto or one of {', '.join(ADDITIVE_VARIANTS)}"
+            )
+        return setting
+    return "compact" if provider in LOCAL_PROVIDERS else "standard"
+
+
+# A prompt file may carry a worked example after its rules, sent as a user
+# message and the assistant's reply: small models imitate a chat turn far
+# more faithfully than an example quoted inside the system message.
+_EXAMPLE_REQUEST = "=== example request ==="
+_EXAMPLE_REPLY = "=== example reply ==="
 
 # The tags that delimit blocks in the per-call message. Data containing one of
 # them gets its "<" swapped for a look-alike, so a message cannot close its
@@ -73,8 +106,29 @@ def load_prompt(kind: str) -> str:
     Read from the package once per process. Trailing whitespace is
     stripped so an editor's final newline does not change the bytes sent.
     """
+    return load_static_messages(kind)[0]["content"]
+
+
+@functools.cache
+def _static(kind: str) -> tuple[tuple[str, str], ...]:
     path = resources.files("engramdb.extract").joinpath("prompts", PROMPT_FILES[kind])
-    return path.read_text(encoding="utf-8").strip()
+    text = path.read_text(encoding="utf-8")
+    system, _, example = text.partition(_EXAMPLE_REQUEST)
+    if not example:
+        return (("system", system.strip()),)
+    request, _, reply = example.partition(_EXAMPLE_REPLY)
+    if not reply.strip():
+        raise ValueError(f"prompt file {PROMPT_FILES[kind]} has an example request but no reply")
+    return (("system", system.strip()), ("user", request.strip()), ("assistant", reply.strip()))
+
+
+def load_static_messages(kind: str) -> list[dict[str, str]]:
+    """The messages every call of prompt ``kind`` starts with, byte-identical each time.
+
+    The system message, then, when the prompt file has one, a worked
+    example as a user message and the assistant's reply.
+    """
+    return [{"role": role, "content": content} for role, content in _static(kind)]
 
 
 def _data(text: str) -> str:
@@ -137,14 +191,22 @@ def _speaker(message: ChatMessage) -> str:
     )
 
 
-def _messages(messages: Iterable[ChatMessage]) -> str:
+def _messages(messages: Iterable[ChatMessage], hints: dt.date | None = None) -> str:
+    """The messages as tagged blocks; with ``hints``, relative times get their dates.
+
+    ``hints`` is the day a message without a date of its own was written
+    (the observation date); ``None`` shows the text as it is.
+    """
     parts = []
     for message in messages:
         head = f'<message speaker="{_speaker(message)}" role="{_attr(message.role, 20)}"'
         day = _day(message.timestamp)
         if day:
             head += f' date="{day}"'
-        parts.append(f"{head}>\n{_data(message.content) or '(empty)'}\n</message>")
+        content = message.content
+        if hints is not None:
+            content = annotate(content, dt.date.fromisoformat(day) if day else hints)
+        parts.append(f"{head}>\n{_data(content) or '(empty)'}\n</message>")
     return "\n".join(parts) if parts else "(none)"
 
 
@@ -188,26 +250,36 @@ def _system(kind: str) -> dict[str, str]:
     return {"role": "system", "content": load_prompt(kind)}
 
 
-def build_additive_prompt(ctx: AdditiveContext) -> tuple[list[dict[str, str]], IdMap]:
+def build_additive_prompt(
+    ctx: AdditiveContext, *, variant: str = "standard", time_hints: bool = True
+) -> tuple[list[dict[str, str]], IdMap]:
     """Build the messages of one additive extraction call, and the ids they show.
 
-    Returns ``[system, user]``: the system message is the same bytes on
-    every call; the user message holds the observation date, the
-    application's instructions, the known memories (recent, then related,
-    each real id once, numbered from 0), the recent conversation and the
-    new messages. Map the reply's ids back with the returned :class:`IdMap`.
+    Returns the static messages of ``variant`` (a key of
+    :data:`ADDITIVE_VARIANTS`; the same bytes on every call), then one user
+    message with the observation date, the application's instructions, the
+    known memories (recent, then related, each real id once, numbered from
+    0), the recent conversation and the new messages. With ``time_hints``,
+    relative times in the messages carry their dates
+    (:mod:`engramdb.nlp.reltime`). Map the reply's ids back with the
+    returned :class:`IdMap`.
     """
+    if variant not in ADDITIVE_VARIANTS:
+        raise ValueError(f"additive prompt variant must be one of {', '.join(ADDITIVE_VARIANTS)}")
     known = _unique([*ctx.recent_memories, *ctx.related_memories])
     ids = IdMap.from_memories(known)
+    hints = ctx.observation_date if time_hints else None
     request = (
         f"Observation date: {ctx.observation_date.isoformat()}\n\n"
         + _instructions(ctx.custom_instructions, ctx.includes, ctx.excludes)
         + f"<known_memories>\n{_memories(known, ids)}\n</known_memories>\n\n"
-        + f"<recent_conversation>\n{_messages(ctx.recent_messages)}\n</recent_conversation>\n\n"
-        + f"<new_messages>\n{_messages(ctx.new_messages)}\n</new_messages>\n\n"
+        + "<recent_conversation>\n"
+        + f"{_messages(ctx.recent_messages, hints)}\n</recent_conversation>\n\n"
+        + f"<new_messages>\n{_messages(ctx.new_messages, hints)}\n</new_messages>\n\n"
         + 'Reply with the JSON object {"memory": [...]} for the new messages.'
     )
-    return [_system("additive"), {"role": "user", "content": request}], ids
+    static = load_static_messages(ADDITIVE_VARIANTS[variant])
+    return [*static, {"role": "user", "content": request}], ids
 
 
 def build_fact_prompt(
@@ -216,12 +288,18 @@ def build_fact_prompt(
     custom_instructions: str | None = None,
     includes: str | None = None,
     excludes: str | None = None,
+    *,
+    time_hints: bool = True,
 ) -> list[dict[str, str]]:
-    """Build the consolidating mode's first call: list the facts of ``messages``."""
+    """Build the consolidating mode's first call: list the facts of ``messages``.
+
+    ``time_hints`` as in :func:`build_additive_prompt`.
+    """
+    hints = observation_date if time_hints else None
     request = (
         f"Observation date: {observation_date.isoformat()}\n\n"
         + _instructions(custom_instructions, includes, excludes)
-        + f"<conversation>\n{_messages(messages)}\n</conversation>\n\n"
+        + f"<conversation>\n{_messages(messages, hints)}\n</conversation>\n\n"
         + 'Reply with the JSON object {"facts": [...]} for this conversation.'
     )
     return [_system("facts"), {"role": "user", "content": request}]
@@ -254,12 +332,18 @@ def build_procedural_prompt(
     messages: Sequence[ChatMessage],
     observation_date: dt.date,
     custom_instructions: str | None = None,
+    *,
+    time_hints: bool = True,
 ) -> list[dict[str, str]]:
-    """One call that turns an agent's run into a procedural memory."""
+    """One call that turns an agent's run into a procedural memory.
+
+    ``time_hints`` as in :func:`build_additive_prompt`.
+    """
+    hints = observation_date if time_hints else None
     request = (
         f"Observation date: {observation_date.isoformat()}\n\n"
         + _instructions(custom_instructions, None, None)
-        + f"<agent_run>\n{_messages(messages)}\n</agent_run>\n\n"
+        + f"<agent_run>\n{_messages(messages, hints)}\n</agent_run>\n\n"
         + 'Reply with the JSON object {"summary": "..."} for this run.'
     )
     return [_system("procedural"), {"role": "user", "content": request}]

@@ -52,6 +52,7 @@ from engramdb.server.auth import CallerDep
 from engramdb.server.errors import describe_error, openapi_errors
 from engramdb.server.keys import KeyStore
 from engramdb.server.service import MemoryService, ServerLimits
+from engramdb.server.ui import install_ui
 from engramdb.stores.base import KEEP
 
 __all__ = ["COMPAT_MODES", "create_app"]
@@ -205,6 +206,24 @@ class HistoryEventOut(BaseModel):
     actor: str | None
     reason: str | None
     created_at: str
+
+
+class FailureOut(BaseModel):
+    """One extraction whose LLM reply was unusable; its messages were kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: int
+    error: str
+    created_at: str
+    resolved_at: str | None = None
+    messages: int = Field(description="How many messages were kept.")
+
+
+class FailuresOut(BaseModel):
+    """``{"results": [...]}`` of ``GET /failures``, newest first."""
+
+    results: list[FailureOut]
 
 
 class MessageOut(BaseModel):
@@ -574,6 +593,9 @@ def create_app(
     async def root() -> RedirectResponse:
         return RedirectResponse("/docs")
 
+    # The web UI (its own session cookie and forms; the same tenancy rules).
+    install_ui(app, memory, keys=keys, limits=lim)
+
     if compat == "mem0":
         mem0_compat.install_routes(app, service)
         _extra_routes(app, service)
@@ -730,6 +752,55 @@ def create_app(
     )
     async def history(memory_id: MemoryId, caller: CallerDep) -> list[dict[str, Any]]:
         return await service.history(caller, memory_id)
+
+    @app.get(
+        "/memories/{memory_id}/timeline",
+        tags=["memory"],
+        summary="The memory and its linked memories, by observation time (Memory.timeline).",
+        responses={200: {"model": ResultsOut}, **_errors(404)},
+    )
+    async def timeline(memory_id: MemoryId, caller: CallerDep) -> dict[str, Any]:
+        return {"results": await service.timeline(caller, memory_id)}
+
+    # -- extraction failures --
+
+    @app.get(
+        "/failures",
+        tags=["extraction"],
+        summary="Adds of a scope whose LLM reply was unusable (Memory.failures).",
+        responses={200: {"model": FailuresOut}, **_errors(403)},
+    )
+    async def failures(
+        caller: CallerDep,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        include_resolved: Annotated[
+            bool, Query(description="Also list failures already retried successfully.")
+        ] = False,
+    ) -> dict[str, Any]:
+        found = await service.failures(
+            caller,
+            user_id=user_id,
+            agent_id=agent_id,
+            run_id=run_id,
+            include_resolved=include_resolved,
+        )
+        return {"results": found}
+
+    @app.post(
+        "/failures/{failure_id}/retry",
+        tags=["extraction"],
+        summary="Run extraction again on a failure's kept messages (Memory.retry_extraction).",
+        responses={200: {"model": AddOut}, **_errors(400, 502)},
+    )
+    async def retry_extraction(
+        failure_id: Annotated[
+            int, Path(ge=1, le=2**62, description="The failure's id (from GET /failures).")
+        ],
+        caller: CallerDep,
+    ) -> dict[str, Any]:
+        return await service.retry_extraction(caller, failure_id)
 
     _extra_routes(app, service)
     return app

@@ -38,6 +38,7 @@ TOOL_NAMES = (
     "get_memory",
     "update_memory",
     "delete_memory",
+    "restore_memory",
     "memory_history",
 )
 
@@ -261,6 +262,24 @@ def build_mcp(
     ) -> dict[str, Any]:
         return await run(  # type: ignore[no-any-return]
             ctx, lambda c: service.delete(c, memory_id, reason=reason)
+        )
+
+    @server.tool(
+        description=(
+            "Undo a delete or an update: bring a memory back to a version of its history "
+            "(default: the one before its last change)."
+        )
+    )
+    async def restore_memory(
+        ctx: Context,
+        memory_id: Annotated[str, Field(description="The memory's id.")],
+        version: Annotated[
+            int | None,
+            Field(ge=1, description="The version to return to (see memory_history)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        return await run(  # type: ignore[no-any-return]
+            ctx, lambda c: service.restore(c, memory_id, version=version)
         )
 
     @server.tool(description="Every change of a memory, oldest first.")

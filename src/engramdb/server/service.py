@@ -307,6 +307,51 @@ class MemoryService:
             raise MemoryNotFoundError(memory_id)
         return result
 
+    async def timeline(self, caller: Caller, memory_id: str) -> list[dict[str, Any]]:
+        """``Memory.timeline`` of an owned memory: it and its linked memories, by time."""
+        result: list[dict[str, Any]] = await self._call(caller, "timeline", memory_id)
+        return result
+
+    # -- extraction failures ----------------------------------------------------------------
+
+    async def failures(
+        self,
+        caller: Caller,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        include_resolved: bool = False,
+    ) -> list[dict[str, Any]]:
+        """``Memory.failures`` of a scope within the caller's (a bound key's by default)."""
+        scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id))
+        result: list[dict[str, Any]] = await self._call(
+            caller, "failures", **scope, include_resolved=include_resolved
+        )
+        return result
+
+    async def retry_extraction(self, caller: Caller, failure_id: int) -> dict[str, Any]:
+        """``Memory.retry_extraction`` of a failure in the caller's scope.
+
+        A failure of another scope is reported like an unknown id.
+        """
+        result: dict[str, Any] = await self._call(caller, "retry_extraction", failure_id)
+        return result
+
+    # -- what a scope holds -----------------------------------------------------------------
+
+    async def catalog(self, caller: Caller) -> dict[str, Any]:
+        """Counts of the memories the caller may see: per scope id, per day, live and deleted.
+
+        ``{"live", "deleted", "users", "agents", "runs", "per_day"}``: the last
+        four map an id (or a day, ``YYYY-MM-DD`` of ``created_at``) to a count
+        of live memories (``per_day``: every memory added, deleted ones too).
+        Read through the caller's view of the store, as :meth:`export_lines`
+        is, so a bound key counts its own scope only.
+        """
+        view = self._for(caller)
+        return await anyio.to_thread.run_sync(_catalog, view.export_records())
+
     # -- the whole store ------------------------------------------------------------------
 
     async def reset(self, caller: Caller) -> None:
@@ -334,3 +379,35 @@ class MemoryService:
             await self.memory.reset()
         else:
             await anyio.to_thread.run_sync(self.memory.reset)
+
+
+def _catalog(records: Iterator[dict[str, Any]]) -> dict[str, Any]:
+    """Count the memory records of an export by scope id and by day (blocking)."""
+    live = deleted = 0
+    users: dict[str, int] = {}
+    agents: dict[str, int] = {}
+    runs: dict[str, int] = {}
+    per_day: dict[str, int] = {}
+    next(records)  # the header
+    for record in records:
+        day = str(record.get("created_at", ""))[:10]
+        per_day[day] = per_day.get(day, 0) + 1
+        if record.get("deleted_at"):
+            deleted += 1
+            continue
+        live += 1
+        if record.get("user_id"):
+            users[record["user_id"]] = users.get(record["user_id"], 0) + 1
+        for kind, table in (("agent", agents), ("run", runs)):
+            ids = {record.get(f"{kind}_id"), *(record.get(f"{kind}_ids") or [])}
+            for value in ids:
+                if value:
+                    table[value] = table.get(value, 0) + 1
+    return {
+        "live": live,
+        "deleted": deleted,
+        "users": users,
+        "agents": agents,
+        "runs": runs,
+        "per_day": dict(sorted(per_day.items())),
+    }

@@ -1,0 +1,224 @@
+"""The web UI's page times: a scope of 10,000 memories, measured on the server side.
+
+Run::
+
+    engram bench ui [--memories 10000] [--samples 30] [--out FILE.json]
+
+or call :func:`run`. It fills a fresh store with ``memories`` memories of one
+user (``add(infer=False)``: no LLM), then asks the app for each page the way
+a browser would — through the whole ASGI app (sign-in cookie, middleware,
+tenancy, templates) in process, with no socket — and reports p50 and p95 per
+page against the 300 ms target. Nothing asserts a speed: the target is
+reported as met or missed.
+
+The pages: the scope list (its counts come from a scan of the caller's view,
+cached for a few seconds: the cold figure clears the cache before every
+sample, the warm one does not), the first and a deep page of the scope's
+memories, one memory (text, history, timeline), and a search with
+``explain``.
+
+The embedder is a **benchmark-only** stand-in (:class:`HashEmbedder`: a
+vector from a hash of the text), so that filling 10,000 memories does not
+take the local model's minutes; the pages' work (SQL, BM25, fusion,
+templates) runs for real, but a search's query embedding costs nothing here.
+``docs/ui.md`` has the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+
+from engramdb.bench._machine import machine, machine_line
+from engramdb.memory import AsyncMemory
+from engramdb.server import KeyStore, create_app
+
+__all__ = ["TARGET_MS", "HashEmbedder", "format_report", "run"]
+
+TARGET_MS = 300.0
+"""Each page's p95, server side, should stay under this."""
+
+_TOPICS = (
+    "coffee", "tea", "hiking", "Python", "Rust", "Paris", "Tokyo", "cats", "dogs", "jazz",
+    "cycling", "chess", "sushi", "running", "Lisbon", "piano", "gardening", "football",
+)  # fmt: skip
+
+
+class HashEmbedder:
+    """BENCHMARK ONLY: a unit vector drawn from a hash of the text (no model, no meaning)."""
+
+    def __init__(self, dim: int = 64) -> None:
+        """Vectors of ``dim`` floats."""
+        self._dim = dim
+
+    @property
+    def model(self) -> str:
+        """Not a real model's name: a store filled with it opens with it only."""
+        return f"bench-hash-{self._dim}"
+
+    @property
+    def dim(self) -> int:
+        """Length of every vector."""
+        return self._dim
+
+    def _one(self, text: str) -> npt.NDArray[np.float32]:
+        seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+        vec = np.random.default_rng(seed).standard_normal(self._dim).astype(np.float32)
+        out: npt.NDArray[np.float32] = vec / np.float32(np.linalg.norm(vec))
+        return out
+
+    def embed_documents(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        """One vector per text."""
+        if not texts:
+            return np.empty((0, self._dim), dtype=np.float32)
+        return np.stack([self._one(t) for t in texts])
+
+    def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        """The vector of the query text."""
+        return self._one(text)
+
+
+def _text(i: int) -> str:
+    a, b = _TOPICS[i % len(_TOPICS)], _TOPICS[(i * 7 + 3) % len(_TOPICS)]
+    return f"Note {i}: I enjoy {a} on weekdays and talk about {b} with friends"
+
+
+async def _fill(memory: AsyncMemory, count: int, user_id: str) -> float:
+    started = time.perf_counter()
+    batch = 100
+    for start in range(0, count, batch):
+        messages = [
+            {"role": "user", "content": _text(i)} for i in range(start, min(count, start + batch))
+        ]
+        await memory.add(
+            messages,
+            user_id=user_id,
+            run_id=f"session-{start // 1000}",
+            infer=False,
+            metadata={"category": _TOPICS[(start // batch) % len(_TOPICS)], "batch": start},
+        )
+    return time.perf_counter() - started
+
+
+def _figures(samples: list[float]) -> dict[str, Any]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {
+        "samples": len(samples),
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p95_ms": round(p95 * 1000, 2),
+        "max_ms": round(ordered[-1] * 1000, 2),
+        "met": p95 * 1000 < TARGET_MS,
+    }
+
+
+async def _measure(
+    folder: Path, count: int, samples: int, echo: Callable[[str], None]
+) -> dict[str, Any]:
+    memory = AsyncMemory(folder / "e.db", embedder=HashEmbedder(), llm=None, actor="bench")
+    keys = KeyStore(folder / "keys.db")
+    key = keys.create(user_id="alice", name="bench").key
+    echo(f"filling {count} memories (infer=False) ...")
+    fill_s = await _fill(memory, count, "alice")
+    app = create_app(memory, keys=keys)
+    ui = app.state.ui
+    transport = httpx.ASGITransport(app=app)
+    pages: dict[str, Any] = {}
+    async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+        form = (await client.get("/ui/signin")).text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+        assert csrf is not None
+        await client.post("/ui/signin", data={"csrf": csrf.group(1), "key": key})
+        listing = (await client.get("/ui/memories")).text
+        found = re.search(r"/ui/memory/([0-9a-f-]{36})", listing)
+        assert found is not None, "the memories page shows no memory"
+        memory_id = found.group(1)
+        deep = max(1, count // 50 - 1)
+        plan: list[tuple[str, str, bool]] = [
+            ("scopes (counts, cold)", "/ui/scopes", True),
+            ("scopes (counts, cached)", "/ui/scopes", False),
+            ("overview (cached)", "/ui/overview", False),
+            ("memories, page 1", "/ui/memories", False),
+            (f"memories, page {deep}", f"/ui/memories?page={deep}", False),
+            ("memories, filtered", "/ui/memories?fk=category&fv=jazz", False),
+            ("memory (history, timeline)", f"/ui/memory/{memory_id}", False),
+            ("search (explain)", "/ui/search?q=weekend+jazz+with+friends", False),
+            ("fragment: search", "/ui/fragments/search?q=coffee+in+Lisbon", False),
+        ]
+        for name, path, cold in plan:
+            times = []
+            await client.get(path)  # warm-up (vector index loaded, templates compiled)
+            for _ in range(samples):
+                if cold:
+                    ui._forget_catalog()
+                started = time.perf_counter()
+                response = await client.get(path)
+                times.append(time.perf_counter() - started)
+                if response.status_code != 200:
+                    raise RuntimeError(f"{path} answered {response.status_code}")
+            pages[name] = {"path": path, **_figures(times)}
+            echo(f"  {name}: p50 {pages[name]['p50_ms']} ms, p95 {pages[name]['p95_ms']} ms")
+    await memory.close()
+    keys.close()
+    return {"fill_s": round(fill_s, 2), "pages": pages}
+
+
+def run(
+    memories: int = 10_000,
+    samples: int = 30,
+    out: Path | None = None,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Fill a store and time the UI's pages; returns (and with ``out`` writes) the report."""
+    if memories < 100:
+        raise ValueError("--memories must be at least 100")
+    if samples < 1:
+        raise ValueError("--samples must be at least 1")
+    load_start = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="engram-bench-ui-") as folder:
+        measured = asyncio.run(_measure(Path(folder), memories, samples, echo))
+    report = {
+        "benchmark": "ui",
+        "memories": memories,
+        "samples": samples,
+        "target_ms": TARGET_MS,
+        "embedder": "HashEmbedder (benchmark-only stand-in; no model)",
+        "machine": machine(load_start),
+        **measured,
+        "target_met": all(p["met"] for p in measured["pages"].values()),
+    }
+    if out is not None:
+        out.write_text(json.dumps(report, indent=2))
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as a table: one line per page, p50 / p95 / max against the target."""
+    lines = [
+        f"Web UI page times, server side: one scope of {report['memories']} memories, "
+        f"{report['samples']} samples per page (filled in {report['fill_s']} s)",
+        "",
+        f"{'page':<30} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}  < {report['target_ms']:.0f} ms",
+    ]
+    for name, fig in report["pages"].items():
+        mark = "yes" if fig["met"] else "NO"
+        lines.append(
+            f"{name:<30} {fig['p50_ms']:>8.1f} {fig['p95_ms']:>8.1f} {fig['max_ms']:>8.1f}  {mark}"
+        )
+    lines.append("")
+    lines.append(machine_line(report["machine"]))
+    lines.append("target met" if report["target_met"] else "target MISSED on some page")
+    return "\n".join(lines)
