@@ -65,7 +65,9 @@ def start_llama(
 ) -> Iterator[LlamaServer]:
     """Start llama-server on a free 127.0.0.1 port; stop it on exit.
 
-    One slot, two threads (the machine has two cores), ``context`` tokens.
+    One slot, ``context`` tokens, two threads (the machine has two cores) or
+    ``$ENGRAM_LLAMA_THREADS``: llama.cpp's threads spin while they wait, so
+    two servers sharing cores must split them, or both crawl.
     Raises ``RuntimeError`` with the log's tail when it does not come up.
     """
     port = free_port()
@@ -84,7 +86,7 @@ def start_llama(
                 "-np",
                 "1",
                 "-t",
-                str(min(2, os.cpu_count() or 1)),
+                os.environ.get("ENGRAM_LLAMA_THREADS") or str(min(2, os.cpu_count() or 1)),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -159,6 +159,45 @@ def test_stdio_tools_add_search_update_history_delete(tmp_path: Path) -> None:
         assert m.get_all(user_id="bob")["results"] == []
 
 
+def test_stdio_restore_memory_undoes_updates_and_deletes(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with Client(_stdio(tmp_path, "--user-id", "alice")) as client:
+            added = await client.call_tool("add_memory", {"messages": "I live in Porto"})
+            assert not added.is_error, _text(added)
+            mid = added.structured_content["results"][0]["id"]
+            for text in ("I live in Lisbon", "I live in Faro"):
+                await client.call_tool("update_memory", {"memory_id": mid, "text": text})
+
+            back = await client.call_tool("restore_memory", {"memory_id": mid})
+            assert not back.is_error, _text(back)
+            assert back.structured_content["memory"] == "I live in Lisbon"  # one version back
+            first = await client.call_tool("restore_memory", {"memory_id": mid, "version": 1})
+            assert first.structured_content["memory"] == "I live in Porto"
+            history = await client.call_tool("memory_history", {"memory_id": mid})
+            events = history.structured_content["history"]
+            assert [e["event"] for e in events] == ["ADD", "UPDATE", "UPDATE", "RESTORE", "RESTORE"]
+
+            await client.call_tool("delete_memory", {"memory_id": mid})
+            undeleted = await client.call_tool("restore_memory", {"memory_id": mid})
+            assert not undeleted.is_error, _text(undeleted)
+            got = await client.call_tool("get_memory", {"memory_id": mid})
+            assert got.structured_content["memory"] == "I live in Porto"
+
+            for arguments, expected in (
+                ({"memory_id": mid, "version": 99}, "version_not_found"),
+                ({"memory_id": "no-such-id"}, "not_found"),
+                ({"memory_id": mid, "version": 0}, "version"),
+                ({}, "memory_id"),
+            ):
+                result = await client.call_tool("restore_memory", arguments)
+                assert result.is_error, arguments
+                assert expected in _text(result), (arguments, _text(result))
+
+    _run(main)
+    with Memory(tmp_path / "engram.db") as m:
+        assert m.get_all(user_id="alice")["results"][0]["memory"] == "I live in Porto"
+
+
 def test_stdio_with_an_api_key_uses_its_scope_and_honours_revocation(tmp_path: Path) -> None:
     keys = KeyStore(tmp_path / "keys.db")
     bob = keys.create(user_id="bob")

@@ -421,6 +421,61 @@ def test_history_of_an_unknown_id_is_empty_as_in_mem0(mem: Memory) -> None:
     assert mem.history("missing") == []
 
 
+def test_source_messages_and_scope_counts_through_views(
+    mem: Memory, embedder: LocalEmbedder
+) -> None:
+    said = [
+        {"role": "user", "content": "I keep bees", "name": "Ann"},
+        {"role": "assistant", "content": "How many hives?"},
+    ]
+    bees = mem.add(said, user_id="ann", agent_id="coach", run_id="r1", infer=False)["results"]
+    mid = bees[0]["id"]
+    mem.add("I keep bees", user_id="ann", run_id="r2", infer=False)  # a repeat, run r2
+    mem.add("Bob's PIN is 4711", user_id="bob", infer=False)
+    shown = mem.source_messages(mid)
+    assert [(m["role"], m["content"], m["name"]) for m in shown] == [
+        ("user", "I keep bees", "Ann"),
+        ("user", "I keep bees", None),
+    ]
+    assert all(isinstance(m["id"], int) and "observed_at" in m for m in shown)
+    coach = mem.scoped(user_id="ann", agent_id="coach")
+    assert [m["name"] for m in coach.source_messages(mid)] == ["Ann"]
+    assert [m["name"] for m in mem.scoped(user_id="ann", run_id="r2").source_messages(mid)] == [
+        None
+    ]
+    with pytest.raises(MemoryNotFoundError):
+        mem.scoped(user_id="bob").source_messages(mid)
+    with pytest.raises(MemoryNotFoundError):
+        mem.source_messages("00000000-0000-0000-0000-000000000000")
+
+    # each verbatim message is a memory: "I keep bees" (r1, r2) and "How many hives?" (r1)
+    counts = mem.scope_counts()
+    assert (counts["live"], counts["expired"], counts["deleted"]) == (3, 0, 0)
+    assert counts["users"] == {"ann": 2, "bob": 1} and counts["agents"] == {"coach": 2}
+    assert counts["runs"] == {"r1": 2, "r2": 1} and sum(counts["per_day"].values()) == 3
+    mem.delete(mid)
+    [day] = counts["per_day"]
+    assert coach.scope_counts() == {
+        "live": 1,
+        "expired": 0,
+        "deleted": 1,
+        "users": {"ann": 1},
+        "agents": {"coach": 1},
+        "runs": {"r1": 1},
+        "per_day": {day: 2},
+    }
+    assert len(mem.source_messages(mid)) == 2  # deleted, not purged: still there
+
+    async def async_face() -> None:
+        async with AsyncMemory(config=mem.config, embedder=embedder) as amem:
+            view = amem.scoped(user_id="ann", agent_id="coach")
+            assert [m["name"] for m in await view.source_messages(mid)] == ["Ann"]
+            assert (await view.scope_counts())["deleted"] == 1
+            assert (await amem.scope_counts())["users"] == {"ann": 1, "bob": 1}
+
+    asyncio.run(async_face())
+
+
 def test_on_event_subscribers_see_every_change(db_path: Path, embedder: LocalEmbedder) -> None:
     seen: list[dict[str, Any]] = []
 

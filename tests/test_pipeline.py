@@ -182,6 +182,7 @@ def test_unusable_twice_keeps_messages_and_can_be_retried(
     assert pmem.get_all(user_id="hana")["results"] == []
     failures = pmem.failures(user_id="hana")
     assert [f["id"] for f in failures] == [err.failure_id]
+    assert failures[0]["reply"] == "still prose"  # the last unusable reply, kept verbatim
     con = sqlite3.connect(pmem.store.path)  # type: ignore[attr-defined]
     assert con.execute("SELECT content FROM messages").fetchall() == [("My bike is red",)]
     openai_server.reply(reply({"text": "Hana's bike is red"}))
@@ -201,7 +202,8 @@ def test_llm_unreachable_keeps_messages(tmp_path: Path, embedder: LocalEmbedder)
     with Memory(tmp_path / "u.db", embedder=embedder, llm=llm) as m:
         with pytest.raises(ExtractionError, match="kept"):
             m.add("I collect stamps", user_id="ivy")
-        assert len(m.failures(user_id="ivy")) == 1
+        [failure] = m.failures(user_id="ivy")
+        assert failure["reply"] is None  # no reply came
 
 
 def test_infer_false_with_llm_stores_verbatim(pmem: Memory, openai_server: WireServer) -> None:

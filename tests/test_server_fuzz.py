@@ -60,6 +60,7 @@ OPERATIONS = [
     ("GET", "/memories/{memory_id}/history"),
     ("POST", "/memories/{memory_id}/restore"),
     ("GET", "/memories/{memory_id}/timeline"),
+    ("GET", "/memories/{memory_id}/messages"),
     ("GET", "/failures"),
     ("POST", "/failures/{failure_id}/retry"),
     ("GET", "/healthz"),

@@ -284,6 +284,7 @@ def test_failures_are_kept_and_resolved(store: Store) -> None:
     assert [m.content for _, m in messages] == ["I moved to Oslo"]
     [listed] = store.failures(Scope("u"))
     assert listed["id"] == fid and listed["error"] == "bad reply" and listed["messages"] == 1
+    assert listed["reply"] == "{oops"
     assert listed["resolved_at"] is None
     store.add(
         [new("moved to Oslo", source_messages=[0])],
@@ -298,6 +299,96 @@ def test_failures_are_kept_and_resolved(store: Store) -> None:
     assert done["resolved_at"] is not None
     assert store.failure(fid)[2] is True  # type: ignore[index]
     assert raw_count(store, "memory_sources") == 1
+
+
+def test_a_failure_without_a_reply_lists_none(store: Store) -> None:
+    store.keep_failed(U, [NewMessage("user", "hello")], "LLMTimeoutError: slow", None)
+    [listed] = store.failures(U)
+    assert listed["reply"] is None and listed["error"] == "LLMTimeoutError: slow"
+
+
+def test_source_messages_are_the_memory_s_within_what_the_caller_sees(store: Store) -> None:
+    coach = Scope("u", "coach", "r1")
+    msgs = [
+        NewMessage("user", "I like tea", "ann", "2024-01-01T00:00:00.000000+00:00"),
+        NewMessage("assistant", "noted"),
+        NewMessage("user", "and coffee"),
+    ]
+    tea, coffee = store.add(
+        [new("likes tea", source_messages=[0]), new("likes coffee", source_messages=[2])],
+        msgs,
+        coach,
+        "t",
+    )
+    got = store.source_messages(tea.id)
+    assert [(m.role, m.content, m.name, m.observed_at) for m in got] == [
+        ("user", "I like tea", "ann", "2024-01-01T00:00:00.000000+00:00")
+    ]
+    assert got[0].rowid is not None
+    assert [m.content for m in store.source_messages(coffee.id, coach)] == ["and coffee"]
+    # a wider caller's repeat attaches its run and its messages: said again, elsewhere
+    again = store.add(
+        [new("likes tea", source_messages=[0])],
+        [NewMessage("user", "I like tea, really")],
+        Scope("u", run_id="r2"),
+        "t",
+    )[0]
+    assert (again.event, again.id) == ("NONE", tea.id)
+    both = ["I like tea", "I like tea, really"]
+    assert [m.content for m in store.source_messages(tea.id)] == both
+    assert [m.content for m in store.source_messages(tea.id, Scope("u"))] == both
+    # each caller reads the messages of its own scope only
+    assert [m.content for m in store.source_messages(tea.id, Scope("u", "coach"))] == ["I like tea"]
+    assert [m.content for m in store.source_messages(tea.id, Scope("u", run_id="r2"))] == [
+        "I like tea, really"
+    ]
+    assert store.source_messages(tea.id, Scope("v")) == []
+    assert store.source_messages("missing") == []
+    # a deleted memory keeps them; a purged one has none left
+    store.delete(tea.id, actor="t")
+    assert len(store.source_messages(tea.id)) == 2
+    store.purge(memory_id=tea.id)
+    assert store.source_messages(tea.id) == []
+
+
+def test_scope_counts_by_state_id_and_day(store: Store) -> None:
+    a = store.add([new("a")], [], Scope("u", "coach", "r1"), "t")[0].id
+    b = store.add([new("b")], [], Scope("u", run_id="r1"), "t")[0].id
+    c = store.add([new("c")], [], Scope("u", run_id="r2"), "t")[0].id
+    assert store.add([new("c")], [], Scope("u", run_id="r3"), "t")[0].id == c  # attaches r3
+    store.attach_session(b, Scope("u", "helper", "r1"), "t")  # attaches the agent helper
+    gone = store.add([new("d")], [], U, "t")[0].id
+    store.delete(gone, actor="t")
+    store.add([new("e", expires_at="2001-01-01T00:00:00.000000+00:00")], [], U, "t")
+    store.add([new("x")], [], Scope("v", "coach"), "t")
+    row = store.get(a)
+    assert row is not None
+    day = row.created_at[:10]
+
+    everything = store.scope_counts()
+    assert (everything.live, everything.expired, everything.deleted) == (4, 1, 1)
+    assert everything.users == {"u": 3, "v": 1}
+    assert everything.agents == {"coach": 2, "helper": 1}
+    assert everything.runs == {"r1": 2, "r2": 1, "r3": 1}
+    assert everything.per_day == {day: 6}
+
+    u = store.scope_counts(U)
+    assert (u.live, u.expired, u.deleted, u.per_day) == (3, 1, 1, {day: 5})
+    assert u.users == {"u": 3} and u.agents == {"coach": 1, "helper": 1}
+    assert u.runs == {"r1": 2, "r2": 1, "r3": 1}
+
+    # an agent is a wall; a run sees its attached memories too
+    with_coach = store.scope_counts(Scope("u", "coach"))
+    assert (with_coach.live, with_coach.expired, with_coach.deleted) == (1, 0, 0)
+    assert with_coach.agents == {"coach": 1} and with_coach.runs == {"r1": 1}
+    helper = store.scope_counts(Scope("u", "helper"))
+    assert helper.live == 1 and helper.agents == {"helper": 1} and helper.runs == {"r1": 1}
+    r3 = store.scope_counts(Scope("u", run_id="r3"))
+    assert r3.live == 1 and r3.runs == {"r2": 1, "r3": 1} and r3.users == {"u": 1}
+    assert store.scope_counts(Scope(agent_id="coach")).users == {"u": 1, "v": 1}
+
+    nobody = store.scope_counts(Scope("nobody"))
+    assert (nobody.live, nobody.users, nobody.per_day) == (0, {}, {})
 
 
 # -- links -----------------------------------------------------------------------------------

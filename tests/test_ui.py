@@ -323,6 +323,46 @@ def test_rest_gains_timeline_failures_and_retry(
     assert client.get("/failures", headers=alice).json()["results"] == []
 
 
+def test_source_messages_and_raw_replies_within_the_scope(
+    keyed: tuple[TestClient, Memory, KeyStore, ScriptedLLM],
+) -> None:
+    client, memory, keys, llm = keyed
+    said = [{"role": "user", "content": "I <b>love</b> tea"}]
+    mid = memory.add(said, user_id="alice", agent_id="coach", infer=False)["results"][0]["id"]
+    # alice's own session (no agent) says it again: a repeat, its message a source too
+    again = memory.add(said, user_id="alice", run_id="r2", infer=False)["results"][0]
+    assert (again["event"], again["id"]) == ("NONE", mid)
+    assert [m["content"] for m in memory.source_messages(mid)] == [said[0]["content"]] * 2
+    coach = keys.create(user_id="alice", agent_id="coach").key
+    bob = {"Authorization": f"Bearer {keys.create(user_id='bob').key}"}
+    as_coach = {"Authorization": f"Bearer {coach}"}
+    rest = client.get(f"/memories/{mid}/messages", headers=as_coach)
+    assert rest.status_code == 200
+    [only] = rest.json()["results"]
+    assert only["role"] == "user" and only["content"] == "I <b>love</b> tea"
+    assert client.get(f"/memories/{mid}/messages", headers=bob).status_code == 404
+    _sign_in(client, coach)
+    page = client.get(f"/ui/memory/{mid}").text
+    assert "Source messages" in page and "<b>love" not in page
+    assert page.count('<pre class="raw">I &lt;b&gt;love&lt;/b&gt; tea</pre>') == 1
+
+    # A failed extraction shows its raw reply, escaped and cut to a few KB.
+    with pytest.raises(Exception, match="extract"):
+        memory.add("my bike is a green Brompton", user_id="alice")
+    huge = "<i>" + "x" * 10_000
+    llm.add(huge)
+    llm.add(huge)
+    with pytest.raises(Exception, match="extract"):
+        memory.add("my car is blue", user_id="alice")
+    replies = [f["reply"] for f in memory.failures(user_id="alice")]
+    assert replies == [huge, _GARBAGE]
+    _sign_in(client, keys.create(user_id="alice").key)
+    failures = client.get("/ui/failures").text
+    assert "raw reply" in failures and _GARBAGE in failures
+    assert "<i>x" not in failures and "&lt;i&gt;" + "x" * 4093 + "</pre>" in failures
+    assert "5907 more characters not shown" in failures
+
+
 # -- a real browser against a real `engram serve` -------------------------------------------------
 
 
@@ -494,6 +534,9 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
             # Open a memory, edit it, see the diff, restore, delete, restore.
             results.first.locator("a.text").click()
             expect(page.locator("blockquote.text")).to_contain_text("black coffee")
+            expect(page.locator("li.source pre.raw")).to_have_text(
+                ["I drink black coffee every morning"]
+            )
             page.fill("#text", "I drink oat milk coffee every morning")
             page.fill("#reason", "corrected by hand")
             page.click("#edit-form button[type=submit]")
@@ -526,7 +569,10 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
             # Extraction failures: the error, and a retry that extracts.
             visit("/ui/failures")
             expect(page.locator("li.failure")).to_have_count(1)
-            expect(page.locator("li.failure pre.raw")).to_contain_text("JSON")
+            expect(page.locator("li.failure pre.raw").first).to_contain_text("JSON")
+            reply = page.locator("li.failure details.reply")
+            reply.locator("summary").click()
+            expect(reply.locator("pre.raw")).to_have_text(_GARBAGE)
             page.screenshot(path=str(IMG / "ui-failures.png"))
             page.click("button:has-text('Retry extraction')")
             expect(page.locator(".flash")).to_contain_text("1 new memory")

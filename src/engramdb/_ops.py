@@ -12,7 +12,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -93,7 +93,14 @@ from engramdb.stores.base import (
 )
 from engramdb.stores.kernel.erasure import PLAN_ATTEMPTS, reindexed_terms
 
-__all__ = ["Operations", "event_dict", "expiration_date", "history_item", "item"]
+__all__ = [
+    "Operations",
+    "event_dict",
+    "expiration_date",
+    "history_item",
+    "item",
+    "message_item",
+]
 
 log = logging.getLogger("engramdb")
 
@@ -187,6 +194,17 @@ def event_dict(event: HistoryEvent) -> dict[str, Any]:
         "created_at": event.created_at,
         "old_expires_at": event.old_expires_at,
         "new_expires_at": event.new_expires_at,
+    }
+
+
+def message_item(message: NewMessage) -> dict[str, Any]:
+    """A stored raw message as the API returns it: ``id``, ``role``, ``content``, ..."""
+    return {
+        "id": message.rowid,
+        "role": message.role,
+        "content": message.content,
+        "name": message.name,
+        "observed_at": message.observed_at,
     }
 
 
@@ -583,7 +601,11 @@ class Operations:
             again = yield Complete(
                 retry_messages(messages, completion.text, err), schema, name, cap
             )
-            return parse(again.text)
+            try:
+                return parse(again.text)
+            except ReplyFormatError as final:
+                final.reply = again.text  # kept with the failure (keep_failed)
+                raise
 
     def _extract(self, prep: _Prepared, ask: Flow[T], failure_id: int | None) -> Flow[T]:
         """Run an extraction call; on failure keep the messages and raise ExtractionError."""
@@ -596,7 +618,7 @@ class Operations:
                     prep.scope,
                     prep.messages,
                     f"{type(exc).__name__}: {exc}",
-                    None,
+                    exc.reply if isinstance(exc, ReplyFormatError) else None,
                 )
             assert failure_id is not None
             raise ExtractionError(str(exc), failure_id, len(prep.messages)) from exc
@@ -1078,6 +1100,23 @@ class Operations:
         )
         shown = yield from self._linkable(ordered)
         return [item(r, shown) for r in ordered]
+
+    def source_messages(self, memory_id: object) -> Flow[list[dict[str, Any]]]:
+        """The raw messages a memory was made from, oldest first (deleted memories too).
+
+        A memory outside the view is a missing one (``MemoryNotFoundError``);
+        of a memory the view sees, only the messages of scopes it sees (a
+        repeat's messages from a wider conversation stay hidden).
+        """
+        mid = self._memory_id(memory_id)
+        yield from self._visible_by_id(mid)
+        found = yield from store_call(Store.source_messages, mid, self.within)
+        return [message_item(m) for m in found]
+
+    def scope_counts(self) -> Flow[dict[str, Any]]:
+        """Counts of the memories the view sees (the whole store unbound), from the store."""
+        counts = yield from store_call(Store.scope_counts, self.within)
+        return asdict(counts)
 
     # -- changes ----------------------------------------------------------------------------
 

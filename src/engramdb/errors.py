@@ -246,7 +246,8 @@ class ReplyFormatError(LLMResponseError, ValueError):
     ``feedback`` is written for the model, not the user: the pipeline shows
     it in its one retry (see :func:`engramdb.extract.retry_messages`). The
     message and the feedback never quote the reply, which may be huge or
-    hostile.
+    hostile; ``reply`` holds it instead, when the pipeline set it (the last
+    unusable reply of an extraction, kept with the failure).
     """
 
     def __init__(
@@ -258,6 +259,7 @@ class ReplyFormatError(LLMResponseError, ValueError):
         model: str | None = None,
     ) -> None:
         self.feedback = feedback if feedback is not None else message
+        self.reply: str | None = None
         super().__init__(message, url=url, model=model)
 
 

@@ -552,6 +552,33 @@ class Memory(_Base):
         result: list[dict[str, Any]] = self._run(self._ops.timeline(memory_id))
         return result
 
+    def source_messages(self, memory_id: str) -> list[dict[str, Any]]:
+        """The raw conversation messages a memory was made from, oldest first.
+
+        engramdb keeps the messages of every ``add`` beside the memories made
+        from them (mem0 has no such read). Each is ``{"id", "role", "content",
+        "name", "observed_at"}``; a repeat's messages count too, since they said
+        the same. A deleted memory keeps its messages until purged. A view
+        (:meth:`scoped`) sees only the messages of its own scope, and a memory
+        it cannot see raises :class:`MemoryNotFoundError`, like an unknown id.
+        """
+        result: list[dict[str, Any]] = self._run(self._ops.source_messages(memory_id))
+        return result
+
+    def scope_counts(self) -> dict[str, Any]:
+        """How many memories this memory (a view: its scope) holds, counted by the store.
+
+        ``{"live", "expired", "deleted", "users", "agents", "runs", "per_day"}``:
+        the first three count memories neither deleted nor expired, expired
+        ones and deleted ones; ``users``, ``agents`` and ``runs`` map each id to
+        its live memories (a memory seen in several runs counts in each);
+        ``per_day`` maps each UTC day (``YYYY-MM-DD`` of ``created_at``) to the
+        memories added that day, deleted ones too. One aggregate query, not a
+        scan in Python; mem0 has no equivalent.
+        """
+        result: dict[str, Any] = self._run(self._ops.scope_counts())
+        return result
+
     def failures(
         self,
         *,
@@ -560,7 +587,13 @@ class Memory(_Base):
         run_id: str | None = None,
         include_resolved: bool = False,
     ) -> list[dict[str, Any]]:
-        """Extractions of a scope whose LLM reply was unusable (their messages were kept)."""
+        """Extractions of a scope whose LLM reply was unusable (their messages were kept).
+
+        Newest first, each ``{"id", "error", "created_at", "resolved_at",
+        "messages", "reply"}``: ``messages`` counts the kept messages and
+        ``reply`` is the last unusable reply, verbatim (``None`` when the LLM
+        gave none: unreachable, timed out).
+        """
         result: list[dict[str, Any]] = self._run(
             self._ops.failures(_ids(user_id, agent_id, run_id), include_resolved)
         )
@@ -844,6 +877,16 @@ class AsyncMemory(_Base):
     async def timeline(self, memory_id: str) -> list[dict[str, Any]]:
         """See :meth:`Memory.timeline`."""
         result: list[dict[str, Any]] = await self._run(self._ops.timeline(memory_id))
+        return result
+
+    async def source_messages(self, memory_id: str) -> list[dict[str, Any]]:
+        """See :meth:`Memory.source_messages`."""
+        result: list[dict[str, Any]] = await self._run(self._ops.source_messages(memory_id))
+        return result
+
+    async def scope_counts(self) -> dict[str, Any]:
+        """See :meth:`Memory.scope_counts`."""
+        result: dict[str, Any] = await self._run(self._ops.scope_counts())
         return result
 
     async def failures(

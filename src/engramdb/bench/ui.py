@@ -11,9 +11,9 @@ tenancy, templates) in process, with no socket — and reports p50 and p95 per
 page against the 300 ms target. Nothing asserts a speed: the target is
 reported as met or missed.
 
-The pages: the scope list (its counts come from a scan of the caller's view,
-cached for a few seconds: the cold figure clears the cache before every
-sample, the warm one does not), the first and a deep page of the scope's
+The pages: the scope list (its counts are one aggregate query of the store,
+``Store.scope_counts``, cached for a few seconds: the cold figure clears the
+cache before every sample, the warm one does not), the first and a deep page of the scope's
 memories, one memory (text, history, timeline), and a search with
 ``explain``.
 

@@ -26,6 +26,7 @@ __all__ = [
     "NewMessage",
     "RestorePlan",
     "Scope",
+    "ScopeCounts",
     "ScopeKind",
     "visible_scope",
 ]
@@ -252,6 +253,29 @@ class Candidate:
     bm25_best: float = 0.0
     """What a memory holding exactly the query's words would score in this scope
     (the same for every candidate of a search; the scale of ``bm25``)."""
+
+
+@dataclass
+class ScopeCounts:
+    """How many memories a scope holds, counted by the store (``Store.scope_counts``).
+
+    ``users``, ``agents`` and ``runs`` count the *live* memories (not deleted,
+    not expired) per id; a memory counts under its own agent and run and under
+    every session attached to it. ``per_day`` counts every memory added per UTC
+    day of ``created_at`` (``YYYY-MM-DD``), deleted and expired ones too.
+    """
+
+    live: int = 0
+    """Memories neither deleted nor expired: what a listing shows."""
+    expired: int = 0
+    """Memories not deleted whose ``expires_at`` has passed."""
+    deleted: int = 0
+    """Soft-deleted memories (restorable)."""
+    users: dict[str, int] = field(default_factory=dict)
+    agents: dict[str, int] = field(default_factory=dict)
+    runs: dict[str, int] = field(default_factory=dict)
+    per_day: dict[str, int] = field(default_factory=dict)
+    """Ordered by day."""
 
 
 @dataclass

@@ -218,12 +218,33 @@ class FailureOut(BaseModel):
     created_at: str
     resolved_at: str | None = None
     messages: int = Field(description="How many messages were kept.")
+    reply: str | None = Field(
+        None, description="The last unusable LLM reply, verbatim; null when there was none."
+    )
 
 
 class FailuresOut(BaseModel):
     """``{"results": [...]}`` of ``GET /failures``, newest first."""
 
     results: list[FailureOut]
+
+
+class SourceMessageOut(BaseModel):
+    """One raw conversation message a memory was made from."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: int
+    role: str
+    content: str
+    name: str | None = None
+    observed_at: str | None = None
+
+
+class SourceMessagesOut(BaseModel):
+    """``{"results": [...]}`` of ``GET /memories/{id}/messages``, oldest first."""
+
+    results: list[SourceMessageOut]
 
 
 class MessageOut(BaseModel):
@@ -761,6 +782,15 @@ def create_app(
     )
     async def timeline(memory_id: MemoryId, caller: CallerDep) -> dict[str, Any]:
         return {"results": await service.timeline(caller, memory_id)}
+
+    @app.get(
+        "/memories/{memory_id}/messages",
+        tags=["memory"],
+        summary="The raw messages a memory was made from, oldest first (Memory.source_messages).",
+        responses={200: {"model": SourceMessagesOut}, **_errors(404)},
+    )
+    async def source_messages(memory_id: MemoryId, caller: CallerDep) -> dict[str, Any]:
+        return {"results": await service.source_messages(caller, memory_id)}
 
     # -- extraction failures --
 

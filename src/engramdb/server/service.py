@@ -312,6 +312,11 @@ class MemoryService:
         result: list[dict[str, Any]] = await self._call(caller, "timeline", memory_id)
         return result
 
+    async def source_messages(self, caller: Caller, memory_id: str) -> list[dict[str, Any]]:
+        """``Memory.source_messages`` of an owned memory: only messages of the caller's scope."""
+        result: list[dict[str, Any]] = await self._call(caller, "source_messages", memory_id)
+        return result
+
     # -- extraction failures ----------------------------------------------------------------
 
     async def failures(
@@ -341,16 +346,16 @@ class MemoryService:
     # -- what a scope holds -----------------------------------------------------------------
 
     async def catalog(self, caller: Caller) -> dict[str, Any]:
-        """Counts of the memories the caller may see: per scope id, per day, live and deleted.
+        """Counts of the memories the caller may see: per scope id, per day, by state.
 
-        ``{"live", "deleted", "users", "agents", "runs", "per_day"}``: the last
-        four map an id (or a day, ``YYYY-MM-DD`` of ``created_at``) to a count
-        of live memories (``per_day``: every memory added, deleted ones too).
-        Read through the caller's view of the store, as :meth:`export_lines`
-        is, so a bound key counts its own scope only.
+        ``Memory.scope_counts`` of the caller's view (one aggregate query in the
+        store): ``{"live", "expired", "deleted", "users", "agents", "runs",
+        "per_day"}``; the three maps of ids count live memories, ``per_day``
+        every memory added (``YYYY-MM-DD`` of ``created_at``, UTC). A bound key
+        counts its own scope only; an admin, the whole store.
         """
-        view = self._for(caller)
-        return await anyio.to_thread.run_sync(_catalog, view.export_records())
+        result: dict[str, Any] = await self._call(caller, "scope_counts")
+        return result
 
     # -- the whole store ------------------------------------------------------------------
 
@@ -379,35 +384,3 @@ class MemoryService:
             await self.memory.reset()
         else:
             await anyio.to_thread.run_sync(self.memory.reset)
-
-
-def _catalog(records: Iterator[dict[str, Any]]) -> dict[str, Any]:
-    """Count the memory records of an export by scope id and by day (blocking)."""
-    live = deleted = 0
-    users: dict[str, int] = {}
-    agents: dict[str, int] = {}
-    runs: dict[str, int] = {}
-    per_day: dict[str, int] = {}
-    next(records)  # the header
-    for record in records:
-        day = str(record.get("created_at", ""))[:10]
-        per_day[day] = per_day.get(day, 0) + 1
-        if record.get("deleted_at"):
-            deleted += 1
-            continue
-        live += 1
-        if record.get("user_id"):
-            users[record["user_id"]] = users.get(record["user_id"], 0) + 1
-        for kind, table in (("agent", agents), ("run", runs)):
-            ids = {record.get(f"{kind}_id"), *(record.get(f"{kind}_ids") or [])}
-            for value in ids:
-                if value:
-                    table[value] = table.get(value, 0) + 1
-    return {
-        "live": live,
-        "deleted": deleted,
-        "users": users,
-        "agents": agents,
-        "runs": runs,
-        "per_day": dict(sorted(per_day.items())),
-    }

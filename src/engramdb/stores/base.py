@@ -28,6 +28,7 @@ from engramdb.core.records import (
     NewMessage,
     RestorePlan,
     Scope,
+    ScopeCounts,
     visible_scope,
 )
 
@@ -47,6 +48,7 @@ __all__ = [
     "NewMessage",
     "RestorePlan",
     "Scope",
+    "ScopeCounts",
     "Store",
     "visible_scope",
 ]
@@ -103,11 +105,35 @@ class Store(Protocol):
         ...
 
     def failures(self, scope: Scope, *, include_resolved: bool = False) -> list[dict[str, Any]]:
-        """Recorded extraction failures of a scope, newest first."""
+        """Recorded extraction failures of a scope, newest first.
+
+        Each ``{"id", "error", "created_at", "resolved_at", "messages", "reply"}``:
+        ``messages`` is how many were kept, ``reply`` the unusable LLM reply
+        (``None`` when there was none, e.g. the LLM was unreachable).
+        """
         ...
 
     def recent_messages(self, scope: Scope, limit: int) -> list[NewMessage]:
         """The last ``limit`` raw messages of a scope, oldest first."""
+        ...
+
+    def source_messages(self, memory_id: str, visible: Scope | None = None) -> list[NewMessage]:
+        """The stored messages a memory was made from (``memory_sources``), oldest first.
+
+        Each with its ``rowid``. Only messages ``visible`` may read: every id it
+        sets is the message's own (a message belongs to the scope of its add);
+        ``None`` reads every one. The caller checks that it may see the memory
+        itself; an unknown id has no messages.
+        """
+        ...
+
+    def scope_counts(self, visible: Scope | None = None) -> ScopeCounts:
+        """Count the memories ``visible`` sees (``None``: the whole store) in the database.
+
+        Live, expired and deleted memories; live memories per user, agent and
+        run (attached sessions count); memories added per UTC day. See
+        :class:`ScopeCounts`.
+        """
         ...
 
     def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> set[str]:
@@ -311,6 +337,16 @@ class AsyncStore(Protocol):
 
     async def recent_messages(self, scope: Scope, limit: int) -> list[NewMessage]:
         """See :meth:`Store.recent_messages`."""
+        ...
+
+    async def source_messages(
+        self, memory_id: str, visible: Scope | None = None
+    ) -> list[NewMessage]:
+        """See :meth:`Store.source_messages`."""
+        ...
+
+    async def scope_counts(self, visible: Scope | None = None) -> ScopeCounts:
+        """See :meth:`Store.scope_counts`."""
         ...
 
     async def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> set[str]:

@@ -12,12 +12,12 @@ backends, so nothing else is written per backend.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from engramdb.core.records import HistoryEvent, MemoryRow
+from engramdb.core.records import HistoryEvent, MemoryRow, ScopeCounts
 
 __all__ = [
     "HISTORY_COLUMNS",
@@ -29,6 +29,7 @@ __all__ = [
     "iso_stamp",
     "memory_columns",
     "memory_row",
+    "scope_counts",
 ]
 
 _MEMORY = (
@@ -150,3 +151,25 @@ def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     """``items`` in slices of at most ``size`` (statements have a bound on parameters)."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def scope_counts(rows: Iterable[Sequence[Any]]) -> ScopeCounts:
+    """The rows of :func:`~engramdb.stores.kernel.sql.scope_counts_query` as a record."""
+    out = ScopeCounts()
+    per_day: dict[str, int] = {}
+    tables = {1: out.users, 2: out.agents, 3: out.runs}
+    for tag, state, key, n in rows:
+        count = int(n)
+        if int(tag) == 0:
+            per_day[str(key)] = per_day.get(str(key), 0) + count
+            if state == 0:
+                out.live += count
+            elif state == 1:
+                out.expired += count
+            else:
+                out.deleted += count
+        else:
+            target = tables[int(tag)]
+            target[str(key)] = target.get(str(key), 0) + count
+    out.per_day = dict(sorted(per_day.items()))
+    return out

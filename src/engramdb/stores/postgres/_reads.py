@@ -17,8 +17,11 @@ from engramdb.stores.base import (
     MemoryRow,
     NewMessage,
     Scope,
+    ScopeCounts,
 )
 from engramdb.stores.kernel.candidates import Pool, narrowed
+from engramdb.stores.kernel.rows import scope_counts
+from engramdb.stores.kernel.sql import POSTGRES, scope_counts_query, source_messages_query
 from engramdb.stores.postgres._sql import (
     _NCOLS,
     _Q,
@@ -26,6 +29,7 @@ from engramdb.stores.postgres._sql import (
     _Cache,
     _FlowBase,
     _iso,
+    _now,
     _Snapshot,
 )
 
@@ -67,7 +71,7 @@ class _ReadFlows(_FlowBase):
         resolved = "" if include_resolved else " AND resolved_at IS NULL"
         rows = yield _Q(
             f"SELECT rowid, error, created_at, resolved_at, (SELECT count(*) FROM "
-            f"{self.t('failure_messages')} f WHERE f.failure_rowid = e.rowid) FROM "
+            f"{self.t('failure_messages')} f WHERE f.failure_rowid = e.rowid), reply FROM "
             f"{self.t('extraction_failures')} e WHERE {clause}{resolved} ORDER BY rowid DESC",
             [v for _, v in scope.items()],
         )
@@ -78,6 +82,7 @@ class _ReadFlows(_FlowBase):
                 "created_at": _iso(r[2]),
                 "resolved_at": _iso(r[3]),
                 "messages": int(r[4]),
+                "reply": r[5],
             }
             for r in rows
         ]
@@ -91,6 +96,28 @@ class _ReadFlows(_FlowBase):
             [*(v for _, v in scope.items()), limit],
         )
         return [NewMessage(r[0], r[1], r[2], _iso(r[3]), rowid=int(r[4])) for r in reversed(rows)]
+
+    def source_messages(self, memory_id: str, visible: Scope | None = None) -> Tx[list[NewMessage]]:
+        """The messages ``memory_id`` was made from that ``visible`` may read, oldest first."""
+        sql, params = source_messages_query(POSTGRES, self.t, memory_id, visible)
+        rows = yield _Q(sql, params)
+        return [NewMessage(r[1], r[2], r[3], _iso(r[4]), rowid=int(r[0])) for r in rows]
+
+    def scope_counts(self, visible: Scope | None = None) -> Tx[ScopeCounts]:
+        """Memories ``visible`` sees (``None``: all), counted per state, id and day."""
+        scope_sql, scope_params = (
+            self.scope_clause(visible) if visible is not None else ("TRUE", [])
+        )
+        sql, params = scope_counts_query(
+            POSTGRES,
+            self.t,
+            scope_sql,
+            scope_params,
+            _now(),
+            day="to_char(m.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
+        )
+        rows = yield _Q(sql, params)
+        return scope_counts(rows)
 
     def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> Tx[set[str]]:
         """Which of ``hashes`` a live memory of ``owner`` already has."""

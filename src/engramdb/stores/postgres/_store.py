@@ -129,6 +129,8 @@ class _Operations:
     failure = _Op(_Flows.failure, "read")
     failures = _Op(_Flows.failures, "single")
     recent_messages = _Op(_Flows.recent_messages, "single")
+    source_messages = _Op(_Flows.source_messages, "single")
+    scope_counts = _Op(_Flows.scope_counts, "single")
     existing_hashes = _Op(_Flows.existing_hashes, "single")
     get = _Op(_Flows.get, "single")
     list_memories = _Op(_Flows.list_memories, "single")

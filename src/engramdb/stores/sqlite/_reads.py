@@ -8,23 +8,32 @@ from typing import Any
 
 import numpy as np
 
+from engramdb._time import utc_now
 from engramdb.core.filters import Node
 from engramdb.stores.base import (
     Candidate,
     MemoryRow,
     NewMessage,
     Scope,
+    ScopeCounts,
 )
 from engramdb.stores.kernel.candidates import Pool, adds_candidates, narrowed
+from engramdb.stores.kernel.rows import scope_counts
+from engramdb.stores.kernel.sql import SQLITE, scope_counts_query, source_messages_query
 from engramdb.stores.sqlite._base import (
     _COLS,
     _META,
     F32,
     _Cache,
     _chunks,
+    _scope_clause,
     _sees_clause,
     _Store,
 )
+
+
+def _table(name: str) -> str:
+    return name
 
 
 class _Reads(_Store):
@@ -59,12 +68,19 @@ class _Reads(_Store):
         with self._read() as con:
             rows = con.execute(
                 "SELECT rowid, error, created_at, resolved_at, (SELECT count(*) FROM "
-                "failure_messages f WHERE f.failure_rowid = e.rowid) FROM extraction_failures e "
-                f"WHERE {clause}{resolved} ORDER BY rowid DESC",
+                "failure_messages f WHERE f.failure_rowid = e.rowid), reply "
+                f"FROM extraction_failures e WHERE {clause}{resolved} ORDER BY rowid DESC",
                 [v for _, v in scope.items()],
             ).fetchall()
         return [
-            {"id": r[0], "error": r[1], "created_at": r[2], "resolved_at": r[3], "messages": r[4]}
+            {
+                "id": r[0],
+                "error": r[1],
+                "created_at": r[2],
+                "resolved_at": r[3],
+                "messages": r[4],
+                "reply": r[5],
+            }
             for r in rows
         ]
 
@@ -78,6 +94,22 @@ class _Reads(_Store):
                 [*(v for _, v in scope.items()), limit],
             ).fetchall()
         return [NewMessage(r[0], r[1], r[2], r[3], rowid=r[4]) for r in reversed(rows)]
+
+    def source_messages(self, memory_id: str, visible: Scope | None = None) -> list[NewMessage]:
+        """The messages ``memory_id`` was made from that ``visible`` may read, oldest first."""
+        sql, params = source_messages_query(SQLITE, _table, memory_id, visible)
+        with self._read() as con:
+            rows = con.execute(sql, params).fetchall()
+        return [NewMessage(r[1], r[2], r[3], r[4], rowid=r[0]) for r in rows]
+
+    def scope_counts(self, visible: Scope | None = None) -> ScopeCounts:
+        """Memories ``visible`` sees (``None``: all), counted per state, id and day."""
+        scope_sql, scope_params = _scope_clause(visible) if visible is not None else ("1", [])
+        sql, params = scope_counts_query(
+            SQLITE, _table, scope_sql, scope_params, utc_now(), day="substr(m.created_at, 1, 10)"
+        )
+        with self._read() as con:
+            return scope_counts(con.execute(sql, params).fetchall())
 
     def existing_hashes(self, visible: Scope, hashes: Sequence[str]) -> set[str]:
         """Which of ``hashes`` a live memory that ``visible`` sees already has."""
