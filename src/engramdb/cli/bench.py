@@ -601,3 +601,65 @@ def bench_ui(
         _say(bench.format_report(report))
         if out is not None:
             _note(f"Figures written to {out}")
+
+
+@bench_app.command("knowledge-update")
+def bench_knowledge_update(
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            metavar="FILE",
+            help=(
+                "A knowledge-update data file (default: the checkout's "
+                "tests/data/knowledge_updates.json)."
+            ),
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            metavar="MODE",
+            help=(
+                "What is stored: 'verbatim' (every turn, infer=False), 'facts' (the gold fact "
+                "sentence of every stating turn, as a perfect extractor) or 'both'."
+            ),
+        ),
+    ] = "both",
+    top_k: Annotated[int, typer.Option(metavar="K", help="Memories retrieved per question.")] = 20,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the report to this JSON file.")
+    ] = None,
+    details: Annotated[
+        bool, typer.Option("--details", help="Every question's top 5 in the report.")
+    ] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """What holds now, what held then: current-fact P@1, as-of, previous-value R@5 per kind."""
+    from engramdb.bench import knowledge_update as bench
+
+    if mode not in (*bench.MODES, "both"):
+        raise typer.BadParameter("must be 'verbatim', 'facts' or 'both'", param_hint="--mode")
+    modes = bench.MODES if mode == "both" else (mode,)
+    with _expected_errors():
+        try:
+            report = bench.run(
+                data,
+                modes=modes,  # type: ignore[arg-type]
+                top_k=top_k,
+                out=out,
+                details=details,
+                progress=_note,
+            )
+        except (FileNotFoundError, ValueError, KeyError) as exc:
+            _fail(str(exc))
+    if json_out:
+        _print_json(report)
+        return
+    _say(bench.format_report(report))
+    if out is not None:
+        _note(f"wrote {out}")

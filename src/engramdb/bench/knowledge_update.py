@@ -1,0 +1,496 @@
+"""Knowledge-update benchmark: does search answer with what holds now, and what held then.
+
+Run::
+
+    engram bench knowledge-update [--data FILE] [--mode verbatim|facts|both]
+        [--top-k 20] [--out FILE.json] [--details]
+
+or ``python -m engramdb.bench.knowledge_update`` with the same options, or call
+:func:`run`. It needs no LLM and no network: the local embedding model only.
+
+**The data** is engramdb's own (``tests/data/knowledge_updates.json``, made by
+``scripts/gen_knowledge_updates.py``, whose docstring gives the format): 20
+multi-session conversations between two or three people, 240 *change chains*
+(one person's city, job, employer, partner, pet, diet, hobby, vehicle,
+studies, travel plan, drink, sport, phone or language, with 2-4 successive
+values and the day each became true), stated in dialogue turns among small
+talk, one-off facts and near misses ("my brother just moved to Leeds").
+
+**Ingestion**, one ``user_id`` per conversation, one ``run_id`` per session,
+the session date as ``timestamp``, each message named by who said it:
+
+- ``verbatim``: every turn, one ``add(infer=False)`` per session.
+- ``facts``: the gold fact sentence of every turn that states something
+  ("Maya moved from Lisbon to Porto."), named by the person it is about, one
+  ``add(infer=False)`` per session: what a perfect extractor would keep. No
+  links between the facts (the extractor's links are what issue 15 changes).
+
+**Scoring**, from ``Memory.search(question, user_id=..., top_k=...)``; a hit
+*states* a value when it is one of the value's stating turns (verbatim) or
+the fact of one (facts):
+
+- ``current_p@1``: for "what holds now", the top hit states the chain's last
+  value; ``current_mrr``: 1 / rank of the first hit stating it (0 if none in
+  the top k); ``stale@1``: the top hit states an older value of the chain;
+  ``current_vs_old``: the last value is found and ranks above every older one
+  (the staleness part alone, whatever else ranks above them).
+- ``as_of_acc``: for "what held on D" (D before the last change), the value
+  valid on D is found and ranks above every other value of the chain. There
+  is no ``as_of`` search parameter yet, so this is search's plain ranking.
+- ``previous_r@5``: for "what did they ... before", a hit among the first five
+  states the value before the last one (or is the transition turn naming it).
+
+Overall and per attribute kind. Search latency is ``Memory.search`` with the
+query vector computed beforehand (the embedding is reported apart). Nothing
+at search time sees the gold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import numpy as np
+
+from engramdb import __version__
+from engramdb.bench.locomo_retrieval import _latency, _QueryVectors
+from engramdb.embedders import Embedder, make_embedder
+from engramdb.memory import Memory
+
+__all__ = [
+    "DEFAULT_DATA",
+    "MODES",
+    "Chain",
+    "Conversation",
+    "FactLine",
+    "Question",
+    "Session",
+    "Turn",
+    "Value",
+    "format_report",
+    "ingest",
+    "load",
+    "main",
+    "run",
+    "score_question",
+    "summarise",
+]
+
+Mode = Literal["verbatim", "facts"]
+MODES: Final[tuple[Mode, ...]] = ("verbatim", "facts")
+TOP_K: Final = 20
+METRICS: Final = (
+    "current_p@1",
+    "current_mrr",
+    "stale@1",
+    "current_vs_old",
+    "as_of_acc",
+    "previous_r@5",
+)
+
+DEFAULT_DATA: Final = Path(__file__).resolve().parents[3] / "tests/data/knowledge_updates.json"
+"""The checked-in data set, in a checkout (it is not part of the installed package)."""
+
+
+# -- the data ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One dialogue turn."""
+
+    id: str
+    speaker: str
+    text: str
+
+
+@dataclass(frozen=True)
+class FactLine:
+    """The gold fact sentence of a turn that states something."""
+
+    turn: str
+    about: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Session:
+    """One session: its date (ISO-8601), turns and gold facts."""
+
+    id: str
+    date: str
+    turns: tuple[Turn, ...]
+    facts: tuple[FactLine, ...]
+
+
+@dataclass(frozen=True)
+class Value:
+    """One value of a chain, the day it became true and the turns stating it."""
+
+    value: str
+    valid_from: str
+    turns: tuple[str, ...]
+    implicit: bool = False
+    names_previous: bool = False
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question about a chain: ``current``, ``as_of`` (with ``date``) or ``previous``."""
+
+    id: str
+    type: str
+    text: str
+    expected: str
+    date: str | None = None
+    evidence: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One attribute of one person and its successive values."""
+
+    id: str
+    subject: str
+    kind: str
+    attribute: str
+    values: tuple[Value, ...]
+    questions: tuple[Question, ...]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One conversation of the data set."""
+
+    id: str
+    speakers: tuple[str, ...]
+    sessions: tuple[Session, ...]
+    chains: tuple[Chain, ...]
+
+
+def load(path: str | Path) -> list[Conversation]:
+    """Read a knowledge-update data file (format 1: see scripts/gen_knowledge_updates.py)."""
+    raw = json.loads(Path(path).read_text("utf-8"))
+    if not isinstance(raw, dict) or raw.get("format") != 1:
+        raise ValueError(f"{path}: not a knowledge-update data file of format 1")
+    out = []
+    for conv in raw["conversations"]:
+        sessions = tuple(
+            Session(
+                str(s["id"]),
+                str(s["date"]),
+                tuple(Turn(str(t["id"]), str(t["speaker"]), str(t["text"])) for t in s["turns"]),
+                tuple(
+                    FactLine(str(f["turn"]), str(f["about"]), str(f["text"]))
+                    for f in s.get("facts", [])
+                ),
+            )
+            for s in conv["sessions"]
+        )
+        chains = tuple(
+            Chain(
+                str(c["id"]),
+                str(c["subject"]),
+                str(c["kind"]),
+                str(c.get("attribute", "")),
+                tuple(
+                    Value(
+                        str(v["value"]),
+                        str(v["valid_from"]),
+                        tuple(v["turns"]),
+                        bool(v.get("implicit", False)),
+                        bool(v.get("names_previous", False)),
+                    )
+                    for v in c["values"]
+                ),
+                tuple(
+                    Question(
+                        str(q["id"]),
+                        str(q["type"]),
+                        str(q["text"]),
+                        str(q["expected"]),
+                        q.get("date"),
+                        tuple(q.get("evidence", ())),
+                    )
+                    for q in c["questions"]
+                ),
+            )
+            for c in conv["chains"]
+        )
+        out.append(Conversation(str(conv["id"]), tuple(conv["speakers"]), sessions, chains))
+    return out
+
+
+# -- ingest --------------------------------------------------------------------------------
+
+
+def ingest(memory: Memory, conv: Conversation, mode: Mode) -> dict[str, list[str]]:
+    """Store one conversation; returns each memory id's source turn ids (ground truth)."""
+    sources: dict[str, list[str]] = {}
+    for session in conv.sessions:
+        if mode == "verbatim":
+            items = [(t.id, t.speaker, t.text) for t in session.turns]
+        elif mode == "facts":
+            items = [(f.turn, f.about, f.text) for f in session.facts]
+        else:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if not items:
+            continue
+        out = memory.add(
+            [{"role": "user", "content": text, "name": who} for _, who, text in items],
+            user_id=conv.id,
+            run_id=session.id,
+            metadata={"session": session.id},
+            timestamp=session.date,
+            infer=False,
+        )
+        for (turn_id, _, _), result in zip(items, out["results"], strict=True):
+            known = sources.setdefault(result["id"], [])
+            if turn_id not in known:
+                known.append(turn_id)
+    return sources
+
+
+# -- scoring -------------------------------------------------------------------------------
+
+
+def _rank_of(ranked: Sequence[Iterable[str]], turns: Iterable[str]) -> int | None:
+    wanted = set(turns)
+    for rank, hit in enumerate(ranked, 1):
+        if wanted & set(hit):
+            return rank
+    return None
+
+
+def _first_of_chain(chain: Chain, value: str, ranked: Sequence[Iterable[str]]) -> bool:
+    """Whether ``value`` is found and ranks above every other value of the chain."""
+    ranks = {v.value: _rank_of(ranked, v.turns) for v in chain.values}
+    mine = ranks.get(value)
+    return mine is not None and all(r is None or r > mine for k, r in ranks.items() if k != value)
+
+
+def score_question(
+    chain: Chain, question: Question, ranked: Sequence[Iterable[str]]
+) -> dict[str, float]:
+    """The figures of one question from its ranked hits (each hit: its source turn ids)."""
+    if question.type == "current":
+        last = chain.values[-1]
+        rank = _rank_of(ranked, last.turns)
+        older = {t for v in chain.values[:-1] for t in v.turns}
+        top = set(ranked[0]) if ranked else set()
+        return {
+            "current_p@1": float(rank == 1),
+            "current_mrr": 1.0 / rank if rank else 0.0,
+            "stale@1": float(bool(top & older)),
+            "current_vs_old": float(_first_of_chain(chain, last.value, ranked)),
+        }
+    if question.type == "as_of":
+        return {"as_of_acc": float(_first_of_chain(chain, question.expected, ranked))}
+    if question.type == "previous":
+        evidence = question.evidence or next(
+            (v.turns for v in chain.values if v.value == question.expected), ()
+        )
+        return {"previous_r@5": float(_rank_of(list(ranked)[:5], evidence) is not None)}
+    raise ValueError(f"unknown question type {question.type!r}")
+
+
+def summarise(rows: Sequence[dict[str, float]]) -> dict[str, Any]:
+    """Means of each metric over the rows that have it, with their counts."""
+    out: dict[str, Any] = {}
+    for metric in METRICS:
+        values = [r[metric] for r in rows if metric in r]
+        out[metric] = round(float(np.mean(values)), 4) if values else None
+    out["n_current"] = sum(1 for r in rows if "current_p@1" in r)
+    out["n_as_of"] = sum(1 for r in rows if "as_of_acc" in r)
+    out["n_previous"] = sum(1 for r in rows if "previous_r@5" in r)
+    return out
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+def _run_mode(
+    mode: Mode,
+    convs: Sequence[Conversation],
+    wrapped: _QueryVectors,
+    top_k: int,
+    details: bool,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    with (
+        tempfile.TemporaryDirectory(prefix="engram-ku-") as tmp,
+        Memory(Path(tmp) / "ku.db", embedder=wrapped) as memory,
+    ):
+        started = time.perf_counter()
+        sources: dict[str, dict[str, list[str]]] = {}
+        for n, conv in enumerate(convs, 1):
+            say(f"{mode}: ingesting {conv.id} ({n}/{len(convs)})")
+            sources[conv.id] = ingest(memory, conv, mode)
+        ingest_s = time.perf_counter() - started
+        memories = memory.store.count()
+        rows: list[tuple[str, dict[str, float]]] = []
+        search_times: list[float] = []
+        per_question: list[dict[str, Any]] = []
+        say(f"{mode}: searching")
+        for conv in convs:
+            ids = sources[conv.id]
+            for chain in conv.chains:
+                for q in chain.questions:
+                    t0 = time.perf_counter()
+                    found = memory.search(q.text, user_id=conv.id, top_k=top_k)["results"]
+                    search_times.append(time.perf_counter() - t0)
+                    ranked = [ids.get(r["id"], []) for r in found]
+                    figures = score_question(chain, q, ranked)
+                    rows.append((chain.kind, figures))
+                    if details:
+                        per_question.append(
+                            {
+                                "conversation": conv.id,
+                                "chain": chain.id,
+                                "question": q.id,
+                                "type": q.type,
+                                "text": q.text,
+                                "expected": q.expected,
+                                "top5": [r["memory"] for r in found[:5]],
+                                **figures,
+                            }
+                        )
+    kinds = sorted({k for k, _ in rows})
+    result: dict[str, Any] = {
+        "memories": memories,
+        "ingest_seconds": round(ingest_s, 2),
+        "overall": summarise([r for _, r in rows]),
+        "by_kind": {k: summarise([r for kind, r in rows if kind == k]) for k in kinds},
+        "latency": {"search": _latency(search_times)},
+    }
+    if details:
+        result["details"] = per_question
+    return result
+
+
+def run(
+    data: str | Path | None = None,
+    *,
+    modes: Sequence[Mode] = MODES,
+    top_k: int = TOP_K,
+    out: str | Path | None = None,
+    embedder: Embedder | None = None,
+    details: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the benchmark in each of ``modes``; returns the report (and writes ``out``).
+
+    ``data`` defaults to the checked-in :data:`DEFAULT_DATA`; ``embedder``
+    replaces the local model (tests); ``details`` adds every question's top 5.
+    """
+    say = progress or (lambda _msg: None)
+    for mode in modes:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if top_k < 5:
+        raise ValueError("top_k must be at least 5 (previous_r@5 reads the first five)")
+    path = Path(data) if data is not None else DEFAULT_DATA
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such data file (pass --data FILE)")
+    raw = path.read_bytes()
+    convs = load(path)
+    base = embedder or make_embedder("local", {})
+    wrapped = _QueryVectors(base)
+    questions = [q for conv in convs for c in conv.chains for q in c.questions]
+    say(f"embedding {len(questions)} questions")
+    embed_times: list[float] = []
+    for q in questions:
+        if q.text not in wrapped.vectors:
+            t0 = time.perf_counter()
+            wrapped.vectors[q.text] = base.embed_query(q.text)
+            embed_times.append(time.perf_counter() - t0)
+    report: dict[str, Any] = {
+        "benchmark": "knowledge-update",
+        "engramdb": __version__,
+        "data": str(path),
+        "data_sha256": hashlib.sha256(raw).hexdigest(),
+        "embedder": base.model,
+        "top_k": top_k,
+        "conversations": len(convs),
+        "chains": sum(len(c.chains) for c in convs),
+        "turns": sum(len(s.turns) for c in convs for s in c.sessions),
+        "questions": {
+            t: sum(1 for q in questions if q.type == t) for t in ("current", "as_of", "previous")
+        },
+        "latency": {"embed_query": _latency(embed_times)},
+        "modes": {m: _run_mode(m, convs, wrapped, top_k, details, say) for m in modes},
+    }
+    if out is not None:
+        Path(out).write_text(json.dumps(report, indent=2), "utf-8")
+    return report
+
+
+def _cell(value: object) -> str:
+    return f"{value:7.3f}" if isinstance(value, float) else f"{'-':>7s}"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as plain-text tables, one per mode: overall, then per kind."""
+    q = report["questions"]
+    lines = [
+        f"Knowledge updates: {report['conversations']} conversations, {report['chains']} "
+        f"chains, {report['turns']} turns; questions: {q['current']} current, "
+        f"{q['as_of']} as-of, {q['previous']} previous; top_k={report['top_k']}"
+    ]
+    header = f"{'mode':9s} {'kind':10s} {'mem':>6s} " + " ".join(f"{m:>14s}" for m in METRICS)
+    for mode, figures in report["modes"].items():
+        lines.append("")
+        lines.append(header)
+        rows = [("overall", figures["overall"]), *figures["by_kind"].items()]
+        for name, row in rows:
+            mem = str(figures["memories"]) if name == "overall" else ""
+            lines.append(
+                f"{mode:9s} {name:10s} {mem:>6s} "
+                + " ".join(f"{_cell(row[m]):>14s}" for m in METRICS)
+            )
+        lat = figures["latency"]["search"]
+        if lat.get("n"):
+            lines.append(
+                f"{mode}: ingest {figures['ingest_seconds']:.1f} s; search (query vector "
+                f"precomputed) p50 {lat['p50_ms']:.1f} ms, p95 {lat['p95_ms']:.1f} ms"
+            )
+    emb = report["latency"]["embed_query"]
+    if emb.get("n"):
+        lines.append(f"query embedding p50 {emb['p50_ms']:.1f} ms")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m engramdb.bench.knowledge_update``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m engramdb.bench.knowledge_update", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--data", type=Path, help=f"data file (default: {DEFAULT_DATA})")
+    parser.add_argument("--mode", choices=(*MODES, "both"), default="both")
+    parser.add_argument("--top-k", type=int, default=TOP_K)
+    parser.add_argument("--out", type=Path, help="write the report as JSON here")
+    parser.add_argument("--details", action="store_true", help="per-question top 5 in the JSON")
+    args = parser.parse_args(argv)
+    modes: tuple[Mode, ...] = MODES if args.mode == "both" else (args.mode,)
+    report = run(
+        args.data,
+        modes=modes,
+        top_k=args.top_k,
+        out=args.out,
+        details=args.details,
+        progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+    )
+    print(format_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
