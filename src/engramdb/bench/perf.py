@@ -50,6 +50,7 @@ them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import hashlib
 import json
@@ -709,30 +710,146 @@ def _search_figures(
 def _narrowed_figures(
     mem: Memory, stand_in: PrecomputedEmbedder, corpus: _Corpus, plan: _Plan, size: int
 ) -> dict[str, Any]:
-    """Time searches narrowed by a metadata filter or a second scope id (no embedding)."""
+    """Time searches narrowed by a metadata filter or a second scope id (no embedding).
+
+    On SQLite each query runs on every path of ``SQLiteStore._filtered_path``
+    alternately in this one process, so load moves them alike: ``auto`` (the
+    default: the rowid scan kept until the next write), ``legacy`` (the scan
+    on every search: the path before) and ``post`` (post-filtering the
+    indexes' top hits). ``after_write`` times ``auto`` with a write to
+    another user before each search (the kept set renewed every time).
+    Recall@10 of each path is against ``legacy`` over the same queries.
+    """
     questions = _cycle(corpus.questions, plan.search_queries)
     cases: dict[str, dict[str, Any]] = {
         "filter_10pct": {"filters": {"bucket10": 3}},
         "filter_1pct": {"filters": {"bucket100": 7}},
         "run_id_5pct": {"run_id": "run-3"},
     }
+    store = mem.store
+    paths = ("auto", "legacy", "post") if hasattr(store, "_filtered_path") else ("auto",)
+    writes = 0
     out: dict[str, Any] = {}
     with _swapped(mem, stand_in):
         for name, kwargs in cases.items():
             first = mem.search(questions[0], user_id=SEARCH_USER, top_k=TOP_K, **kwargs)
-
-            def one(i: int, kw: dict[str, Any] = kwargs) -> object:
-                return mem.search(questions[i], user_id=SEARCH_USER, top_k=TOP_K, **kw)
-
-            samples = _timed_calls(one, len(questions), plan.warmup)
+            samples = {path: _Samples([], []) for path in (*paths, "after_write")}
+            recall: dict[str, list[float]] = {path: [] for path in paths}
+            for i in range(-plan.warmup, len(questions)):
+                question = questions[max(i, 0)]
+                order = paths if i % 2 == 0 else paths[::-1]
+                top: dict[str, list[str]] = {}
+                for path in order:
+                    if len(paths) > 1:
+                        store._filtered_path = path  # type: ignore[attr-defined]
+                    with _clock() as timing:
+                        found = mem.search(question, user_id=SEARCH_USER, top_k=TOP_K, **kwargs)
+                    top[path] = [h["id"] for h in found["results"]][:10]
+                    if i >= 0:
+                        samples[path].wall.append(timing.wall)
+                        samples[path].cpu.append(timing.cpu)
+                if len(paths) > 1:
+                    store._filtered_path = "auto"  # type: ignore[attr-defined]
+                    if i >= 0 and i < plan.search_queries // 4:
+                        text = f"write {writes}"
+                        stand_in.add_documents([text], corpus.vectors[:1])
+                        mem.add(text, user_id="bench-other", infer=False)
+                        writes += 1
+                        with _clock() as timing:
+                            mem.search(question, user_id=SEARCH_USER, top_k=TOP_K, **kwargs)
+                        samples["after_write"].wall.append(timing.wall)
+                        samples["after_write"].cpu.append(timing.cpu)
+                    if i >= 0:
+                        want = set(top["legacy"])
+                        for path in paths:
+                            recall[path].append(len(want & set(top[path])) / max(1, len(want)))
             matching = len(mem.get_all(user_id=SEARCH_USER, top_k=size, **kwargs)["results"])
             out[name] = {
                 **kwargs,
                 "matching": matching,
                 "hits": len(first["results"]),
-                **_latency(samples),
+                **_latency(samples["auto"]),
             }
+            if len(paths) > 1:
+                for path in ("legacy", "post", "after_write"):
+                    out[name][path] = _latency(samples[path])
+                for path in ("auto", "post"):
+                    out[name][f"recall_at_10_{path}_vs_legacy"] = round(
+                        float(np.mean(recall[path])), 4
+                    )
     return out
+
+
+def run_narrowed(
+    size: int = 100_000,
+    out: str | Path | None = None,
+    *,
+    data: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    queries: int = 200,
+    seed: int = 0,
+    echo: Echo | None = print,
+) -> dict[str, Any]:
+    """Only the narrowed searches: fill one store to ``size`` and time them, before and after.
+
+    The figures of :func:`_narrowed_figures` (default and legacy path
+    alternately, recall@10), without the rest of the benchmark; the LoCoMo
+    vectors must be cached already or are embedded once.
+    """
+    say: Echo = echo if echo is not None else (lambda _line: None)
+    data_path = resolve_data_path(data)
+    if not data_path.is_file():
+        raise FileNotFoundError(f"LoCoMo file not found: {data_path}")
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    plan = dataclasses.replace(_FULL, search_queries=queries)
+    embedder = LocalEmbedder(batch_size=SMALL_BATCH)
+    corpus = _load_corpus(data_path, embedder, cache, plan, seed)
+    texts, vectors, _ = _fill_set(corpus, size, seed)
+    stand_in = PrecomputedEmbedder(embedder.model, embedder.dim)
+    stand_in.add_documents(texts, vectors)
+    stand_in.add_queries(corpus.questions, corpus.query_vectors)
+    loadavg_start = [round(x, 2) for x in os.getloadavg()]
+    with tempfile.TemporaryDirectory(prefix="engramdb-perf-") as tmp:
+        path = Path(tmp) / "search.db"
+        with Memory(path, embedder=stand_in) as mem:
+            say(f"filling to {size} memories ...")
+            _fill(mem, texts, 0, size, max(1, min(BULK_BATCH, size // 20)), 0)
+            mem.search(corpus.questions[0], user_id=SEARCH_USER, top_k=TOP_K)
+            say("narrowed searches, default and legacy path alternately ...")
+            narrowed = _narrowed_figures(mem, stand_in, corpus, plan, size)
+            questions = _cycle(corpus.questions, plan.search_queries)
+            with _swapped(mem, stand_in):
+                unfiltered = _timed_calls(
+                    lambda i: mem.search(questions[i], user_id=SEARCH_USER, top_k=TOP_K),
+                    len(questions),
+                    plan.warmup,
+                )
+    report = {
+        "benchmark": "engramdb.bench.perf narrowed",
+        "size": size,
+        "queries": queries,
+        "loadavg": [loadavg_start, [round(x, 2) for x in os.getloadavg()]],
+        "narrowed": narrowed,
+        "unfiltered": _latency(unfiltered),
+    }
+    plain = _latency(unfiltered)
+    say(
+        f"unfiltered: {plain['p50_ms']}/{plain['p95_ms']} "
+        f"({plain['cpu_p50_ms']}/{plain['cpu_p95_ms']})"
+    )
+    for name, fig in narrowed.items():
+        say(f"{name}: matching {fig['matching']}; ms p50/p95 wall (CPU):")
+        for way in ("auto", "legacy", "post", "after_write"):
+            f = fig if way == "auto" else fig.get(way)
+            if f:
+                say(f"  {way:12} {f['p50_ms']}/{f['p95_ms']} ({f['cpu_p50_ms']}/{f['cpu_p95_ms']})")
+        say(
+            f"  recall@10 vs legacy: auto {fig.get('recall_at_10_auto_vs_legacy')}, "
+            f"post {fig.get('recall_at_10_post_vs_legacy')}"
+        )
+    if out is not None:
+        Path(out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return report
 
 
 def _fill(
@@ -1185,6 +1302,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", type=Path, help="where embedded corpora are cached")
     parser.add_argument("--workdir", type=Path, help="keep the SQLite files here")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--narrowed-only",
+        action="store_true",
+        help="only the filtered and two-scope searches, before/after, at the largest size",
+    )
     # The memory probe: this module re-run in a fresh process (see _probe).
     parser.add_argument("--probe", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--probe-user", default=SEARCH_USER, help=argparse.SUPPRESS)
@@ -1199,6 +1321,12 @@ def main(argv: list[str] | None = None) -> int:
             sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
         except ValueError:
             parser.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
+    if args.narrowed_only:
+        run_narrowed(
+            max(sizes or DEFAULT_SIZES), args.out, data=args.data, cache_dir=args.cache_dir,
+            seed=args.seed,
+        )  # fmt: skip
+        return 0
     try:
         run(
             sizes,

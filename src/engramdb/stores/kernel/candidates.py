@@ -9,11 +9,14 @@ PostgreSQL in the database), the entity links (SQL) and the rows; a
 
 The statistics the pool uses — BM25's, entity degrees — come from what the
 search may return (``allowed``), never from memories the caller cannot see.
+A backend may count BM25 over a wider ``population`` that the caller still
+sees (SQLite's post-filtering experiment: the scope without its filter).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -46,7 +49,10 @@ def adds_candidates(degree: int, n: int) -> bool:
 class Pool:
     """The candidates of one search, as the backend gathers them.
 
-    Made from the vector hits (best first); it ranks the keywords itself.
+    Made from the vector hits (best first); it ranks the keywords itself
+    unless the backend gives ``keyword_hits`` (best first, as BM25 ranks them
+    over ``population``). BM25's statistics count over ``population``, by
+    default the ``allowed`` set.
     Then :attr:`found_otherwise` tells the backend which memories entity
     links may mark even through an entity too common to add candidates,
     :meth:`link` takes the links, :meth:`keys` lists what to read, and
@@ -60,14 +66,21 @@ class Pool:
         vector_hits: Sequence[int],
         bm25: BM25Index,
         terms: Sequence[str],
+        *,
+        population: Keys | Literal["allowed"] | None = "allowed",
+        keyword_hits: Sequence[int] | None = None,
     ) -> None:
         self.n = n
         self.allowed = allowed
+        self.population: Keys | None = allowed if isinstance(population, str) else population
+        """What BM25's statistics count over (default: ``allowed``)."""
         self.bm25 = bm25
         self.terms = terms
         self.semantic = [int(k) for k in vector_hits]
-        keyword, _ = bm25.search(terms, n, allowed=allowed, population=allowed)
-        self.keyword = [int(k) for k in keyword.tolist()]
+        if keyword_hits is None:
+            keyword, _ = bm25.search(terms, n, allowed=allowed, population=self.population)
+            keyword_hits = keyword.tolist()
+        self.keyword = [int(k) for k in keyword_hits]
         self.pool = set(self.semantic) | set(self.keyword)
         self.found_otherwise = sorted(self.pool)
         """The vector and keyword hits, in row id order."""
@@ -99,11 +112,13 @@ class Pool:
 
         ``hits`` are the rows among ``keys`` that are still live and in scope
         (the backend's SQL decides); BM25 scores every one over ``keys`` with
-        the statistics of what the search may return.
+        the statistics of :attr:`population`.
         """
-        bm_keys, bm = self.bm25.search(self.terms, keys.size, allowed=keys, population=self.allowed)
+        bm_keys, bm = self.bm25.search(
+            self.terms, keys.size, allowed=keys, population=self.population
+        )
         bm25 = dict(zip(bm_keys.tolist(), bm.tolist(), strict=True))
-        best = self.bm25.best_score(self.terms, population=self.allowed)
+        best = self.bm25.best_score(self.terms, population=self.population)
         sem_rank = {key: i + 1 for i, key in enumerate(self.semantic)}
         kw_rank = {key: i + 1 for i, key in enumerate(self.keyword)}
         return [

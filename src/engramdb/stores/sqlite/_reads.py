@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -36,8 +38,29 @@ def _table(name: str) -> str:
     return name
 
 
+# A metadata filter is checked on each index's top n·8, then n·32 (the
+# post-filter rounds of _post_filtered); a filter that keeps too little of
+# the scope for that (under ~3 %) takes the scan instead (_allowed).
+_FIRST_WIDTH = 8
+_WIDEN = 4
+_ROUNDS = 2
+_MARGIN = 1.5  # widen only when the next round should keep 1.5n
+# Rowid sets of filters and second scope ids kept until the next write (_allowed_kept).
+_KEPT_SETS = 16
+
+
 class _Reads(_Store):
     """Reads, search, and the catch-up of the per-scope caches."""
+
+    # How a narrowed search finds the rowids it may return. "auto": the scan
+    # of _allowed, its result kept until the next write (_allowed_kept).
+    # "legacy": the scan on every search (the path before). "post": check a
+    # metadata filter on each index's top hits (_post_filtered), scanning only
+    # for selective filters, with BM25 counted over the scope, not the filter;
+    # "exact": the scan with those statistics, post's reference. Measured in
+    # docs/benchmarks.md ("Filtered search"): "post" loses to "auto" at 100k.
+    # Only benchmarks and tests change it.
+    _filtered_path: str = "auto"
 
     def failure(self, failure_id: int) -> tuple[Scope, list[tuple[int, NewMessage]], bool] | None:
         """A recorded extraction failure: its scope, its messages, and whether resolved."""
@@ -212,6 +235,111 @@ class _Reads(_Store):
             dtype=np.int64,
         )
 
+    def _allowed_kept(
+        self,
+        con: sqlite3.Connection,
+        cache: _Cache,
+        scope: Scope,
+        where: Node | None,
+        sql: str,
+        params: list[Any],
+        include_expired: bool,
+    ) -> np.ndarray[Any, np.dtype[np.int64]] | None:
+        """:meth:`_allowed`, kept for as long as nothing is written.
+
+        The set is that of the cache's state (its scope id, ``epoch`` and
+        ``seq``), so any write, which bumps ``seq``, makes the next search scan
+        again; until then a repeated filter costs a dictionary look-up. A row
+        that expires meanwhile stays in the set and is dropped when the hits
+        are read (the SQL there checks liveness at the time of the search).
+        """
+        if not narrowed(scope, where) or self._filtered_path == "legacy":
+            return self._allowed(con, scope, where, sql, params)
+        kind, value = scope.items()[0]
+        # The first parameter of a live-only search is the time: not part of the key.
+        rest = repr(params[0 if include_expired else 1 :])
+        key = (kind, value, cache.epoch, cache.seq, sql, rest)
+        kept: OrderedDict[Any, np.ndarray[Any, np.dtype[np.int64]]]
+        kept = self.__dict__.setdefault("_allowed_sets", OrderedDict())
+        lock: threading.Lock = self.__dict__.setdefault("_allowed_lock", threading.Lock())
+        with lock:
+            found = kept.get(key)
+            if found is not None:
+                kept.move_to_end(key)
+                return found
+        found = self._allowed(con, scope, where, sql, params)
+        assert found is not None
+        found.setflags(write=False)
+        with lock:
+            kept[key] = found
+            while len(kept) > _KEPT_SETS:
+                kept.popitem(last=False)
+        return found
+
+    def _matching(
+        self, con: sqlite3.Connection, keys: Sequence[int], sql: str, params: list[Any]
+    ) -> set[int]:
+        """Which of ``keys`` the search's SQL (scope, filter, liveness) keeps."""
+        found: set[int] = set()
+        for chunk in _chunks(list(keys), 2_000):
+            # NOT INDEXED: rowid look-ups, as in _rows_by_rowid.
+            found.update(
+                r[0]
+                for r in con.execute(
+                    f"SELECT m.rowid FROM memories m NOT INDEXED WHERE m.rowid IN "
+                    f"({','.join('?' * len(chunk))}) AND {sql}",
+                    [*chunk, *params],
+                )
+            )
+        return found
+
+    def _post_filtered(
+        self,
+        con: sqlite3.Connection,
+        cache: _Cache,
+        query: np.ndarray[Any, np.dtype[np.float32]],
+        terms: Sequence[str] | None,
+        n: int,
+        scope_keys: np.ndarray[Any, np.dtype[np.int64]] | None,
+        sql: str,
+        params: list[Any],
+    ) -> tuple[list[int], list[int]] | None:
+        """The vector and BM25 top ``n`` that pass a metadata filter, found without its scan.
+
+        Takes each index's top ``8n`` over the scope (``scope_keys``, None for
+        the cache's own), checks the filter in SQL on those rowids only, and
+        widens 4-fold while fewer than ``n`` survive and the index has more. The
+        survivors, in index order, are then exactly the top ``n`` among the
+        matching memories. None when the filter is too selective for that to
+        pay (estimated matches under the widths tried): the caller scans.
+        ``terms`` None: the vector side only.
+        """
+        width = n * _FIRST_WIDTH
+        checked: set[int] = set()
+        matched: set[int] = set()
+        for round_ in range(_ROUNDS):
+            sem, _ = cache.index.search(query, width, allowed=scope_keys)
+            sem_l = sem.tolist()
+            kw_l: list[int] = []
+            if terms is not None:
+                kw, _ = cache.bm25.search(terms, width, allowed=scope_keys, population=scope_keys)
+                kw_l = kw.tolist()
+            fresh = [k for k in dict.fromkeys([*sem_l, *kw_l]) if k not in checked]
+            matched |= self._matching(con, fresh, sql, params)
+            checked.update(fresh)
+            sem_ok = [k for k in sem_l if k in matched]
+            kw_ok = [k for k in kw_l if k in matched]
+            sem_done = len(sem_ok) >= n or len(sem_l) < width
+            kw_done = terms is None or len(kw_ok) >= n or len(kw_l) < width
+            if sem_done and kw_done:
+                return sem_ok[:n], kw_ok[:n]
+            share = len(matched) / max(1, len(checked))
+            # Widen only when the next width is likely to be enough.
+            if round_ + 1 == _ROUNDS or share * width * _WIDEN < n * _MARGIN:
+                return None
+            width *= _WIDEN
+        return None
+
     def vector_search(
         self,
         scope: Scope,
@@ -227,10 +355,15 @@ class _Reads(_Store):
             return []
         sql, params = self._where(scope, where, include_expired)
         with self._read() as con:
-            allowed = self._allowed(con, scope, where, sql, params)
+            post = where is not None and self._filtered_path == "post"
+            if post:
+                # A metadata filter: search the scope, check the filter on the hits.
+                allowed = self._scope_keys(con, cache, scope, include_expired)
+            else:
+                allowed = self._allowed_kept(con, cache, scope, where, sql, params, include_expired)
             if allowed is not None and allowed.size == 0:
                 return []
-            want = k
+            want = k * _FIRST_WIDTH if post else k
             while True:
                 keys, scores = cache.index.search(query, want, allowed=allowed)
                 if keys.size == 0:
@@ -245,7 +378,27 @@ class _Reads(_Store):
                 # the SQL above; ask for more until k survive or the scope runs out.
                 if len(hits) >= k or keys.size < want:
                     return hits[:k]
-                want *= 2
+                if post and (
+                    want >= k * _FIRST_WIDTH * _WIDEN ** (_ROUNDS - 1)
+                    or len(found) / keys.size * want * _WIDEN < k * _MARGIN
+                ):
+                    # Too selective to post-filter: scan for the filter's rowids.
+                    post = False
+                    allowed = self._allowed_kept(
+                        con, cache, scope, where, sql, params, include_expired
+                    )
+                    if allowed is None or allowed.size == 0:
+                        return []
+                    want = k
+                    continue
+                want *= _WIDEN if post else 2
+
+    def _scope_keys(
+        self, con: sqlite3.Connection, cache: _Cache, scope: Scope, include_expired: bool
+    ) -> np.ndarray[Any, np.dtype[np.int64]] | None:
+        """Rowids of the scope without its filter; None when the cache's scope is the scope."""
+        sql, params = self._where(scope, None, include_expired)
+        return self._allowed_kept(con, cache, scope, None, sql, params, include_expired)
 
     def candidates(
         self,
@@ -272,20 +425,51 @@ class _Reads(_Store):
             return []
         sql, params = self._where(scope, where, include_expired)
         with self._read() as con:
-            allowed = self._allowed(con, scope, where, sql, params)
+            mode = self._filtered_path
+            got: tuple[list[int], list[int]] | None = None
+            if where is not None and mode in ("post", "exact"):
+                # BM25's statistics over the visible scope; the filter only narrows
+                # what is returned (what post-filtering can compute).
+                population = self._scope_keys(con, cache, scope, include_expired)
+                if population is not None and population.size == 0:
+                    return []
+                if mode == "post":
+                    got = self._post_filtered(con, cache, query, terms, n, population, sql, params)
+                allowed = population
+                if got is None:
+                    allowed = self._allowed_kept(
+                        con, cache, scope, where, sql, params, include_expired
+                    )
+            else:
+                allowed = self._allowed_kept(con, cache, scope, where, sql, params, include_expired)
+                population = allowed
             if allowed is not None and allowed.size == 0:
                 return []
-            sem_keys, _ = cache.index.search(query, n, allowed=allowed)
-            pool = Pool(n, allowed, sem_keys.tolist(), cache.bm25, terms)
+            if got is not None:
+                pool = Pool(
+                    n,
+                    allowed,
+                    got[0],
+                    cache.bm25,
+                    terms,
+                    population=population,
+                    keyword_hits=got[1],
+                )
+            else:
+                sem_keys, _ = cache.index.search(query, n, allowed=allowed)
+                pool = Pool(n, allowed, sem_keys.tolist(), cache.bm25, terms, population=population)
             if entities:
                 marks = ",".join("?" * len(entities))
                 # A user's memories only link to that user's entities (the owner key).
                 owner_sql, owner_params = (
                     (" AND e.owner = ?", [scope.owner]) if scope.user_id is not None else ("", [])
                 )
+                # NOT INDEXED: the links drive, each row read by rowid; without
+                # statistics SQLite would scan the user's index once per entity
+                # as soon as a filter joins the conditions (70 ms at 100k).
                 ents = con.execute(
                     "SELECT e.rowid, e.normalized, (SELECT count(*) FROM memory_entities x "
-                    "JOIN memories m ON m.rowid = x.memory_rowid "
+                    "JOIN memories m NOT INDEXED ON m.rowid = x.memory_rowid "
                     f"WHERE x.entity_rowid = e.rowid AND {sql}) FROM entities e "
                     f"WHERE e.normalized IN ({marks}){owner_sql}",
                     [*params, *entities, *owner_params],
@@ -384,7 +568,11 @@ class _Reads(_Store):
         cache is filled from scratch instead and returned.
         """
         if kind == "user_id":
-            member = "m.user_id = ?"
+            # Catching up, the seq range drives (memories_seq): the unary + keeps
+            # SQLite, which has no statistics, off the user's index, which would
+            # read the whole user after any write to the file (30 ms at 100k).
+            # A first fill reads the user through that index.
+            member = "m.user_id = ?" if cache.seq == 0 else "+m.user_id = ?"
             params: list[Any] = [value]
         else:
             member = (
