@@ -18,10 +18,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from engramdb.llms import LLM, Completion, Usage
+from engramdb.config import EngramConfig
+from engramdb.errors import ConfigError
+from engramdb.llms import LLM, Completion, Usage, llm_from_env, make_llm
 from engramdb.llms.base import ClosingMixin
 
-__all__ = ["CachedLLM", "CountedLLM", "cache_key"]
+__all__ = ["CachedLLM", "CountedLLM", "build_llm", "cache_key", "load_config_file"]
 
 
 def cache_key(model: str, payload: Mapping[str, Any]) -> str:
@@ -306,3 +308,29 @@ class CountedLLM:
                 "completion_tokens": self._completion_tokens,
                 "llm_latency_s": round(self._latency_s, 3),
             }
+
+
+def build_llm(config: EngramConfig, needs: str) -> LLM:
+    """The config's LLM, else ``$ENGRAM_LLM``'s; ``needs`` says why, in the error if neither."""
+    if config.llm is not None:
+        return make_llm(config.llm.provider, dict(config.llm.config))
+    llm = llm_from_env()
+    if llm is None:
+        raise ConfigError(
+            f"{needs}: give --config FILE with an 'llm' section, or set "
+            "ENGRAM_LLM=provider:model (e.g. openai:gpt-4.1-mini, ollama:llama3.2)"
+        )
+    return llm
+
+
+def load_config_file(path: str | Path | None) -> dict[str, Any] | None:
+    """Read a mem0-shaped JSON config file (``None`` passes through)."""
+    if path is None:
+        return None
+    try:
+        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read the config file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"the config file {path} must hold a JSON object")
+    return data

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from engramdb import __version__
-from engramdb.bench._llm import CachedLLM, CountedLLM
+from engramdb.bench._llm import CachedLLM, CountedLLM, build_llm, load_config_file
 from engramdb.bench._locomo import (
     MISSING_DATA,
     Conversation,
@@ -76,8 +76,8 @@ from engramdb.bench._locomo import (
 )
 from engramdb.config import EngramConfig, parse_config
 from engramdb.embedders import Embedder, make_embedder
-from engramdb.errors import ConfigError, EngramError, ExtractionError
-from engramdb.llms import LLM, llm_from_env, make_llm
+from engramdb.errors import EngramError, ExtractionError
+from engramdb.llms import LLM
 from engramdb.memory import Memory
 from engramdb.nlp import query_terms
 
@@ -337,15 +337,7 @@ def _score_session(
 
 
 def _build_llm(config: EngramConfig) -> LLM:
-    if config.llm is not None:
-        return make_llm(config.llm.provider, dict(config.llm.config))
-    llm = llm_from_env()
-    if llm is None:
-        raise ConfigError(
-            "the extraction benchmark needs an LLM: give --config FILE with an 'llm' section, "
-            "or set ENGRAM_LLM=provider:model (e.g. llamacpp:qwen2.5-1.5b, openai:gpt-4.1-mini)"
-        )
-    return llm
+    return build_llm(config, "the extraction benchmark needs an LLM")
 
 
 def _ratio(part: int, whole: int) -> float | None:
@@ -579,18 +571,6 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _load_config(path: Path | None) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    try:
-        data = json.loads(path.expanduser().read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read the config file {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"the config file {path} must hold a JSON object")
-    return data
-
-
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry: ``python -m engramdb.bench.extraction``."""
     parser = argparse.ArgumentParser(
@@ -613,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(
             args.data,
-            config=_load_config(args.config),
+            config=load_config_file(args.config),
             sessions=args.sessions,
             turns_per_add=args.turns_per_add,
             role_map=args.roles,

@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from engramdb import __version__
-from engramdb.bench._llm import CachedLLM, CountedLLM, cache_key
+from engramdb.bench._llm import CachedLLM, CountedLLM, build_llm, cache_key, load_config_file
 from engramdb.bench._locomo import (
     MISSING_DATA,
     QA,
@@ -73,9 +73,9 @@ from engramdb.bench._locomo import (
 from engramdb.bench.qa_metrics import bleu1, token_f1
 from engramdb.config import EngramConfig, parse_config
 from engramdb.embedders import Embedder, make_embedder
-from engramdb.errors import ConfigError, EngramError, ExtractionError, ReplyFormatError
+from engramdb.errors import EngramError, ExtractionError, ReplyFormatError
 from engramdb.extract.repair import repair_json, strip_reasoning
-from engramdb.llms import LLM, Completion, llm_from_env, make_llm, parse_llm_spec
+from engramdb.llms import LLM, Completion, make_llm, parse_llm_spec
 from engramdb.memory import Memory
 
 __all__ = [
@@ -545,16 +545,7 @@ def format_report(report: Mapping[str, Any]) -> str:
 
 
 def _build_llm(config: EngramConfig) -> LLM:
-    if config.llm is not None:
-        return make_llm(config.llm.provider, dict(config.llm.config))
-    llm = llm_from_env()
-    if llm is None:
-        raise ConfigError(
-            "locomo-qa needs an LLM to answer and judge (and to extract memories): give "
-            "--config FILE with an 'llm' section, or set ENGRAM_LLM=provider:model "
-            "(e.g. openai:gpt-4.1-mini, ollama:llama3.2)"
-        )
-    return llm
+    return build_llm(config, "locomo-qa needs an LLM to answer and judge (and to extract memories)")
 
 
 def run(
@@ -699,19 +690,6 @@ def run(
         out_path.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", "utf-8")
         say(f"wrote {out_path}")
     return report
-
-
-def load_config_file(path: str | Path | None) -> dict[str, Any] | None:
-    """Read a mem0-shaped JSON config file (``None`` passes through)."""
-    if path is None:
-        return None
-    try:
-        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read the config file {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"the config file {path} must hold a JSON object")
-    return data
 
 
 def judge_from_spec(spec: str | None) -> LLM | None:

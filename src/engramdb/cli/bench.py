@@ -44,6 +44,22 @@ LocomoPath = Annotated[
 """``--data``, else ``$ENGRAM_LOCOMO``: the benchmark reports a missing file itself."""
 
 
+LlmConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="FILE",
+        help=(
+            "mem0-shaped JSON config whose 'llm' section names the model (default: the "
+            "global --config, else $ENGRAM_LLM)."
+        ),
+        exists=True,
+        dir_okay=False,
+        readable=True,
+    ),
+]
+"""``--config`` of the benchmarks that need an LLM."""
+
+
 def _locomo(data: Path | None) -> Path:
     """The file ``--data`` or ``$ENGRAM_LOCOMO`` names; with neither, a usage error (exit 2)."""
     if data is None:
@@ -343,19 +359,7 @@ def bench_pipeline(
 def bench_extraction(
     ctx: typer.Context,
     data: LocomoFile = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            metavar="FILE",
-            help=(
-                "mem0-shaped JSON config whose 'llm' section names the model (default: the "
-                "global --config, else $ENGRAM_LLM)."
-            ),
-            exists=True,
-            dir_okay=False,
-            readable=True,
-        ),
-    ] = None,
+    config: LlmConfigFile = None,
     sessions: Annotated[
         int, typer.Option(metavar="N", help="Sessions replayed, round-robin over conversations.")
     ] = 10,
@@ -413,19 +417,7 @@ def bench_extraction(
 def bench_locomo_qa(
     ctx: typer.Context,
     data: LocomoFile = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            metavar="FILE",
-            help=(
-                "mem0-shaped JSON config whose 'llm' section names the model (default: the "
-                "global --config, else $ENGRAM_LLM)."
-            ),
-            exists=True,
-            dir_okay=False,
-            readable=True,
-        ),
-    ] = None,
+    config: LlmConfigFile = None,
     judge: Annotated[
         str | None,
         typer.Option(metavar="PROVIDER:MODEL", help="Judge LLM (default: the same LLM)."),
