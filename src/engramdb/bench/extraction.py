@@ -205,11 +205,11 @@ class _Add:
     conversation: str
     session: int
     turns: str
-    seconds: float
-    llm_calls: int
-    prompt_tokens: int
-    completion_tokens: int
-    memories: int
+    seconds: float = 0.0
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    memories: int = 0
     failure: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -220,17 +220,17 @@ class _Add:
 class _SessionScore:
     conversation: str
     session: int
-    observations: int
-    covered: int
-    memories: int
-    personal: int
-    relative: int
-    flagged: int
+    observations: int = 0
+    covered: int = 0
+    memories: int = 0
+    personal: int = 0
+    relative: int = 0
+    flagged: int = 0
     """Memories with a pronoun, a relative time or both (each counted once)."""
-    verbatim: int
-    links: int
-    wrong_links: int
-    failures: int
+    verbatim: int = 0
+    links: int = 0
+    wrong_links: int = 0
+    failures: int = 0
     samples: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -241,15 +241,11 @@ class _SessionScore:
         return out
 
 
-def _unit(vectors: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return np.asarray(vectors / np.where(norms == 0, 1, norms))
-
-
 def _embed(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     if not texts:
         return np.zeros((0, embedder.dim), dtype=np.float32)
-    return _unit(np.asarray(embedder.embed_documents(list(texts)), dtype=np.float32))
+    # Rows come L2-normalised (the Embedder contract): products are cosines.
+    return np.asarray(embedder.embed_documents(list(texts)), dtype=np.float32)
 
 
 def _score_session(
@@ -277,7 +273,11 @@ def _score_session(
     mem_vecs = _embed(mem.embedder, texts)
     sims = obs_vecs @ mem_vecs.T if texts and observations else np.zeros((len(observations), 0))
     score = _SessionScore(
-        conv.sample_id, session.number, len(observations), 0, len(texts), 0, 0, 0, 0, 0, 0, failures
+        conv.sample_id,
+        session.number,
+        observations=len(observations),
+        memories=len(texts),
+        failures=failures,
     )
     for i, terms in enumerate(obs_terms):
         best = -1
@@ -486,14 +486,7 @@ def run(
                         mem.llm = counted
                         began = time.perf_counter()
                         record = _Add(
-                            conv.sample_id,
-                            session.number,
-                            f"{start + 1}-{start + len(part)}",
-                            0.0,
-                            0,
-                            0,
-                            0,
-                            0,
+                            conv.sample_id, session.number, f"{start + 1}-{start + len(part)}"
                         )
                         try:
                             result = mem.add(
