@@ -21,7 +21,8 @@ import numpy as np
 from engramdb._engine import Complete, EmbedDocuments, EmbedQuery, Emit, Flow, store_call
 from engramdb._time import utc_now
 from engramdb.config import EngramConfig, ExtractionConfig
-from engramdb.core.filters import Node, parse_filters, split_scope
+from engramdb.core.filters import CORE_FIELDS, And, Node, evaluate, parse_filters, split_scope
+from engramdb.core.records import LINK_KINDS
 from engramdb.core.text import content_hash
 from engramdb.core.validate import (
     check_id,
@@ -71,12 +72,15 @@ from engramdb.nlp import extract_entities, index_terms
 from engramdb.rerank import LLMReranker, Reranker
 from engramdb.search import (
     Hit,
+    apply_recency,
     apply_rerank,
     calibrate,
     document_terms,
     document_text,
     fuse,
     plan_query,
+    rank_superseded,
+    when,
 )
 from engramdb.stores.base import (
     KEEP,
@@ -150,6 +154,87 @@ def _expiry(value: object) -> str | None:
     return parse_timestamp(value, "expiration_date")
 
 
+def _with_superseded(out: dict[str, Any], supers: dict[str, list[MemoryRow]]) -> dict[str, Any]:
+    """An item with ``superseded_by`` added when something supersedes it."""
+    found = supers.get(out["id"])
+    if found:
+        out["superseded_by"] = [r.id for r in found]
+    return out
+
+
+def as_of_stamp(value: object) -> str | None:
+    """``search(as_of=...)`` as an ISO UTC instant; a plain date is the end of that day."""
+    if value is None:
+        return None
+    day: date | None = None
+    if isinstance(value, date) and not isinstance(value, datetime):
+        day = value
+    elif isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            day = date.fromisoformat(value.strip())
+    if day is not None:
+        return f"{day.isoformat()}T23:59:59.999999+00:00"
+    stamp = parse_timestamp(value, "as_of")
+    assert stamp is not None
+    return stamp
+
+
+def as_of_filter(at: str) -> Node:
+    """Memories that were stated by ``at`` and had not expired by then."""
+    node = parse_filters(
+        {
+            "OR": [{"observed_at": {"lte": at}}, {"observed_at": None, "created_at": {"lte": at}}],
+            "AND": [{"OR": [{"expires_at": None}, {"expires_at": {"gt": at}}]}],
+        }
+    )
+    assert node is not None
+    return node
+
+
+def holds_at(row: MemoryRow, moment: str) -> bool:
+    """Whether a memory was stated by ``moment`` and had not expired by then."""
+    return when(row) <= moment and (row.expires_at is None or row.expires_at > moment)
+
+
+def record_of(row: MemoryRow) -> dict[str, Any]:
+    """A row as :func:`~engramdb.core.filters.evaluate` reads it."""
+    return {
+        **{f: getattr(row, f) for f in CORE_FIELDS if f not in ("agent_id", "run_id")},
+        "agent_id": row.agent_id,
+        "run_id": row.run_id,
+        "metadata": row.metadata,
+        "run_ids": set(row.run_ids),
+        "agent_ids": set(row.agent_ids),
+    }
+
+
+def _check_links(links: object) -> dict[str, str]:
+    """``add(links=...)``: ``{memory id: kind}`` with kinds of :data:`LINK_KINDS`."""
+    if links is None:
+        return {}
+    if not isinstance(links, dict):
+        raise ValidationError(
+            f"links must be a dict of memory id to link kind, got {type(links).__name__}"
+        )
+    if len(links) > MAX_GIVEN_LINKS:
+        raise ValidationError(f"links names {len(links)} memories; at most {MAX_GIVEN_LINKS}")
+    out: dict[str, str] = {}
+    for target, kind in links.items():
+        if not isinstance(target, str) or not target.strip():
+            raise ValidationError(f"links: a memory id must be a non-empty string, got {target!r}")
+        if kind not in LINK_KINDS:
+            raise ValidationError(
+                f"links: the kind of {target!r} must be one of {', '.join(LINK_KINDS)}, "
+                f"got {kind!r}"
+            )
+        out[target] = kind
+    return out
+
+
+MAX_GIVEN_LINKS = 100
+"""Links one ``add(links=...)`` may name."""
+
+
 def item(row: MemoryRow, linkable: set[str] | None = None) -> dict[str, Any]:
     """A stored memory in mem0's result shape (optional fields only when set).
 
@@ -175,6 +260,9 @@ def item(row: MemoryRow, linkable: set[str] | None = None) -> dict[str, Any]:
     if row.agent_ids:
         out["agent_ids"] = [row.agent_id, *row.agent_ids] if row.agent_id else list(row.agent_ids)
     out["linked_memory_ids"] = [i for i in row.linked_ids if linkable is None or i in linkable]
+    kinds = {i: k for i, k in row.link_kinds.items() if linkable is None or i in linkable}
+    if kinds:
+        out["link_kinds"] = kinds
     return out
 
 
@@ -458,9 +546,11 @@ class Operations:
         expiration_date: object,
         memory_type: object,
         prompt: object,
+        links: object = None,
     ) -> Flow[dict[str, Any]]:
         """``Memory.add``: extraction by the LLM when there is one, verbatim otherwise."""
         prep = self._prepare(messages, ids, metadata, timestamp, expiration_date)
+        given_links = _check_links(links)
         if memory_type not in (None, "procedural_memory"):
             raise ValidationError(
                 f"memory_type must be None or 'procedural_memory', got {memory_type!r}"
@@ -476,6 +566,13 @@ class Operations:
             if prep.scope.agent_id is None:
                 raise ScopeError("a procedural memory belongs to an agent: pass agent_id")
         use_llm = bool(infer) and self.has_llm
+        if given_links and (use_llm or memory_type is not None):
+            raise ValidationError(
+                "links= applies to what add() stores verbatim (infer=False); with "
+                "extraction the LLM links what it extracts"
+            )
+        if given_links:
+            yield from self._check_link_targets(prep.scope, given_links)
         if infer and not self.has_llm and not self._warned_no_llm:
             self._warned_no_llm = True
             log.info(
@@ -487,12 +584,70 @@ class Operations:
         if memory_type == "procedural_memory":
             return (yield from self._procedural(prep, prompt))
         if not use_llm:
-            return (yield from self._verbatim(prep))
+            return (yield from self._verbatim(prep, given_links))
         if self.extraction.mode == "consolidate":
             return (yield from self._consolidate(prep, prompt))
         return (yield from self._additive(prep, prompt))
 
-    def _verbatim(self, prep: _Prepared) -> Flow[dict[str, Any]]:
+    def _view_of(self, row: MemoryRow) -> Scope:
+        """The scope a read by id judges supersession in.
+
+        The row's own user (else agent, else run), within the caller's view.
+        """
+        own = (
+            Scope(user_id=row.user_id)
+            if row.user_id
+            else Scope(agent_id=row.agent_id)
+            if row.agent_id
+            else Scope(run_id=row.run_id)
+        )
+        return self._visible(own)
+
+    def _superseders(
+        self, rows: Sequence[MemoryRow], visible: Scope, at: str | None = None
+    ) -> Flow[dict[str, list[MemoryRow]]]:
+        """The memories that supersede each of ``rows`` (only rows that have one).
+
+        A memory is superseded by one that links to it with a kind of
+        :data:`SUPERSEDING_KINDS`, is not deleted, is seen by ``visible`` (and
+        the caller's view), was stated no earlier than it and holds at ``at``
+        (stated by then and not expired then; ``None``: now). Derived here on
+        every read, never stored.
+        """
+        moment = at or utc_now()
+        cache: dict[str, MemoryRow | None] = {}
+        out: dict[str, list[MemoryRow]] = {}
+        for row in rows:
+            for other_id in row.superseder_ids:
+                if other_id not in cache:
+                    got = yield from store_call(Store.get, other_id)
+                    cache[other_id] = self._seen(got, visible)
+                other = cache[other_id]
+                if other is None or not holds_at(other, moment) or when(other) < when(row):
+                    continue
+                out.setdefault(row.id, []).append(other)
+        return out
+
+    def _check_link_targets(self, scope: Scope, links: dict[str, str]) -> Flow[None]:
+        """Refuse links to memories the add's scope cannot see (or that do not exist).
+
+        One error for both, so a link cannot probe whether someone else's id exists.
+        """
+        visible = self._visible(scope)
+        hidden = []
+        for target in links:
+            row = self._seen((yield from store_call(Store.get, target)), visible)
+            if row is None:
+                hidden.append(target)
+        if hidden:
+            raise ValidationError(
+                f"links= names {len(hidden)} memories this scope cannot see or that do not "
+                f"exist (first: {hidden[0]!r}); nothing was stored"
+            )
+
+    def _verbatim(
+        self, prep: _Prepared, links: dict[str, str] | None = None
+    ) -> Flow[dict[str, Any]]:
         # A chat message is often an answer whose subject was named just before it
         # ("How long have you had them?" / "Three years!"): the words of the
         # preceding messages of the conversation are indexed with it (keyword
@@ -522,6 +677,8 @@ class Operations:
                         context=[c for c, _, _ in context],
                         context_rowids=[r for _, r, _ in context if r is not None],
                         context_messages=[j for _, _, j in context if j is not None],
+                        links=list(links or {}),
+                        link_kinds=dict(links or {}),
                     )
                 )
                 said.append((msg.content, None, i))
@@ -743,6 +900,7 @@ class Operations:
                 source_messages=sources,
                 # The id map only resolves ids that were shown; keep the rule here too.
                 links=[i for i in e.linked_ids if i in shown],
+                link_kinds={i: e.link_kind for i in e.linked_ids if i in shown},
             )
             for e in outcome.items
         ]
@@ -954,12 +1112,20 @@ class Operations:
         expand_links: bool = False,
         rerank: bool | None = None,
         show_expired: bool = False,
+        as_of: object = None,
+        include_superseded: bool = True,
     ) -> Flow[dict[str, Any]]:
         """``Memory.search``."""
         text = check_text(query, self.limits.max_text_chars, "query")
         k = check_top_k(top_k)
         thr = check_threshold(threshold)
         scope, where = self._scope_and_where(filters, ids, "search()")
+        at = as_of_stamp(as_of)
+        if at is not None:
+            # What held then: stated by then, and not yet expired then (an expired
+            # memory may have held at that date, so expiry is judged at ``at``).
+            then = as_of_filter(at)
+            where = then if where is None else And((where, then))
         if rerank and (self.fusion.rerank is None or self.reranker is None):
             log.debug("search(rerank=True): no reranker is configured; fused order kept")
         yield from self._bind()
@@ -971,15 +1137,33 @@ class Operations:
             vec,
             k,
             rerank=rerank is not False,
-            include_expired=bool(show_expired),
+            include_expired=bool(show_expired) or at is not None,
         )
+        hits = apply_recency(hits, self.fusion, at or utc_now())
+        visible = self._visible(scope)
+        supers = yield from self._superseders([h.row for h in hits], visible, at)
+        hits = rank_superseded(
+            hits,
+            supers,
+            include_superseded=bool(include_superseded),
+            pull=lambda row: where is None or evaluate(where, record_of(row)),
+        )[:k]
+        if any(h.row.id not in supers and h.row.superseder_ids for h in hits):
+            # A pulled-in memory may itself be superseded: read those too.
+            more = yield from self._superseders(
+                [h.row for h in hits if h.row.id not in supers], visible, at
+            )
+            supers.update(more)
         found: list[tuple[MemoryRow, dict[str, Any]]] = []
         seen = {h.row.id for h in hits}
         for hit in hits:
             score = hit.score
             if thr is not None and score < thr:
                 continue
-            out: dict[str, Any] = {"score": score}
+            out: dict[str, Any] = {
+                "score": score,
+                "superseded_by": [r.id for r in supers.get(hit.row.id, ())],
+            }
             if explain:
                 out["score_details"] = hit.explain
             found.append((hit.row, out))
@@ -1000,7 +1184,8 @@ class Operations:
         if row is None:
             return None
         shown = yield from self._linkable([row])
-        return item(row, shown)
+        supers = yield from self._superseders([row], self._view_of(row))
+        return _with_superseded(item(row, shown), supers)
 
     def get_all(
         self,
@@ -1025,7 +1210,8 @@ class Operations:
             include_expired=bool(show_expired),
         )
         shown = yield from self._linkable(rows)
-        return {"results": [item(r, shown) for r in rows]}
+        supers = yield from self._superseders(rows, self._visible(scope))
+        return {"results": [_with_superseded(item(r, shown), supers) for r in rows]}
 
     def history(self, memory_id: object) -> Flow[list[dict[str, Any]]]:
         """``Memory.history``: ``[]`` for an id with no history (as mem0), or one not visible."""
@@ -1099,7 +1285,8 @@ class Operations:
             found.values(), key=lambda r: (r.observed_at or r.created_at, r.created_at)
         )
         shown = yield from self._linkable(ordered)
-        return [item(r, shown) for r in ordered]
+        supers = yield from self._superseders(ordered, self._view_of(start))
+        return [_with_superseded(item(r, shown), supers) for r in ordered]
 
     def source_messages(self, memory_id: object) -> Flow[list[dict[str, Any]]]:
         """The raw messages a memory was made from, oldest first (deleted memories too).

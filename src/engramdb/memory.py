@@ -372,6 +372,7 @@ class Memory(_Base):
         expiration_date: object = None,
         memory_type: str | None = None,
         prompt: str | None = None,
+        links: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """Remember what matters from ``messages``.
 
@@ -381,7 +382,11 @@ class Memory(_Base):
         new run attaches that run to the existing memory. With an LLM
         configured and ``infer=True``, one LLM call extracts self-contained
         memories (see docs/extraction.md); otherwise every non-system message
-        is stored verbatim.
+        is stored verbatim. ``links={memory_id: kind}`` links what a verbatim
+        add stores to memories the scope sees, with a kind of ``related``,
+        ``updates``, ``contradicts`` or ``follows_up`` (``updates`` and
+        ``contradicts`` make the linked memory *superseded*: see
+        docs/retrieval.md).
         """
         result: dict[str, Any] = self._run(
             self._ops.add(
@@ -393,6 +398,7 @@ class Memory(_Base):
                 expiration_date=expiration_date,
                 memory_type=memory_type,
                 prompt=prompt,
+                links=links,
             )
         )
         return result
@@ -412,6 +418,8 @@ class Memory(_Base):
         limit: int | None = None,
         rerank: bool | None = None,
         show_expired: bool = False,
+        as_of: object = None,
+        include_superseded: bool = True,
     ) -> dict[str, Any]:
         """The memories of a scope most relevant to ``query``, best first.
 
@@ -424,6 +432,16 @@ class Memory(_Base):
         call (``None``, the default: the configuration decides; ``True``
         without a reranker configured: the fused order, as mem0).
         ``show_expired=True`` includes memories past their expiration date.
+
+        Each result carries ``superseded_by``: the ids of newer memories the
+        scope sees that ``update`` or ``contradict`` it (``[]`` when none). A
+        superseded memory ranks right below what superseded it, which is
+        pulled into the results when the search did not find it;
+        ``include_superseded=False`` drops superseded memories instead.
+        ``as_of`` (a date, datetime or ISO-8601 text; a plain date means the
+        end of that day) answers as of then: only memories stated by then and
+        not yet expired then, superseded only by what had been stated by then.
+        See docs/retrieval.md.
         """
         result: dict[str, Any] = self._run(
             self._ops.search(
@@ -436,6 +454,8 @@ class Memory(_Base):
                 expand_links=expand_links,
                 rerank=rerank,
                 show_expired=show_expired,
+                as_of=as_of,
+                include_superseded=include_superseded,
             )
         )
         return result
@@ -733,6 +753,7 @@ class AsyncMemory(_Base):
         expiration_date: object = None,
         memory_type: str | None = None,
         prompt: str | None = None,
+        links: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """See :meth:`Memory.add`."""
         result: dict[str, Any] = await self._run(
@@ -745,6 +766,7 @@ class AsyncMemory(_Base):
                 expiration_date=expiration_date,
                 memory_type=memory_type,
                 prompt=prompt,
+                links=links,
             )
         )
         return result
@@ -764,6 +786,8 @@ class AsyncMemory(_Base):
         limit: int | None = None,
         rerank: bool | None = None,
         show_expired: bool = False,
+        as_of: object = None,
+        include_superseded: bool = True,
     ) -> dict[str, Any]:
         """See :meth:`Memory.search`."""
         result: dict[str, Any] = await self._run(
@@ -777,6 +801,8 @@ class AsyncMemory(_Base):
                 expand_links=expand_links,
                 rerank=rerank,
                 show_expired=show_expired,
+                as_of=as_of,
+                include_superseded=include_superseded,
             )
         )
         return result

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,12 +39,16 @@ __all__ = [
     "Hit",
     "QueryPlan",
     "ScoreCalibration",
+    "apply_recency",
     "apply_rerank",
     "calibrate",
     "document_terms",
     "document_text",
     "fuse",
     "plan_query",
+    "rank_superseded",
+    "recency_factor",
+    "when",
 ]
 
 
@@ -131,6 +136,13 @@ class FusionConfig(BaseModel):
     embed_actor: bool = True
     """Index time: a memory with an ``actor_id`` is embedded as ``"actor: text"``,
     so a question about a person finds what that person said."""
+    recency_weight: float = Field(default=0.0, ge=0, le=1)
+    """Decay as a ranking signal (0: off, the default): a hit's score is multiplied by
+    ``1 - recency_weight * (1 - 2 ** (-age_days / recency_half_life_days))``, where the
+    age runs from the memory's ``observed_at`` to the search's ``as_of`` (or now). A
+    memory is never dropped by it, and its stored data never changes."""
+    recency_half_life_days: float = Field(default=180.0, gt=0)
+    """The age at which the decay takes half of ``recency_weight`` off."""
 
 
 HYBRID_WEIGHTED = FusionConfig()
@@ -366,5 +378,98 @@ def apply_rerank(hits: list[Hit], grades: list[float], weight: float) -> list[Hi
     for hit, grade in zip(hits, grades, strict=True):
         score = min(1.0, max(0.0, (1.0 - weight) * hit.score + weight * grade))
         out.append(Hit(hit.row, score, {**hit.explain, "rerank": grade, "score": score}))
+    out.sort(key=lambda h: (-h.score, -h.explain["semantic"], h.row.id))
+    return out
+
+
+def when(row: MemoryRow) -> str:
+    """When a memory's fact was stated: ``observed_at``, else ``created_at`` (ISO UTC)."""
+    return row.observed_at or row.created_at
+
+
+def rank_superseded(
+    hits: list[Hit],
+    superseders: dict[str, list[MemoryRow]],
+    *,
+    include_superseded: bool = True,
+    pull: Callable[[MemoryRow], bool] = lambda _row: True,
+) -> list[Hit]:
+    """Put every superseded hit right below what superseded it (docs/retrieval.md).
+
+    ``superseders`` maps a hit's id to the live, visible, newer memories that
+    ``update`` or ``contradict`` it. A superseder that is not among the hits
+    is pulled in when ``pull(row)`` allows it (it answers what the old
+    memory matched); a superseder scores at least what the memory it
+    supersedes scored (its ``explain`` notes ``lifted_from``), and the
+    superseded memory sorts after it on a tie, as does an older memory
+    after a newer one. ``include_superseded=False`` drops the superseded
+    hits instead. Scores stay in [0, 1]; nothing else moves.
+    """
+    if not superseders:
+        return hits
+    by_id = {h.row.id: h for h in hits}
+    order = list(hits)
+    for hit in hits:
+        for row in superseders.get(hit.row.id, ()):
+            if row.id not in by_id and pull(row):
+                pulled = Hit(row, 0.0, {"pulled_for": hit.row.id})
+                by_id[row.id] = pulled
+                order.append(pulled)
+    # Chains (a <- b <- c) settle in at most their length of passes.
+    for _ in range(len(order)):
+        moved = False
+        for hit in order:
+            for row in superseders.get(hit.row.id, ()):
+                newer = by_id.get(row.id)
+                if newer is not None and newer.score < hit.score:
+                    newer.score = hit.score
+                    newer.explain = {**newer.explain, "lifted_from": hit.row.id}
+                    moved = True
+        if not moved:
+            break
+    superseded = {h.row.id for h in order if superseders.get(h.row.id)}
+    if not include_superseded:
+        order = [h for h in order if h.row.id not in superseded]
+    order.sort(
+        key=lambda h: (-h.score, h.row.id in superseded, _newest_first(when(h.row)), h.row.id)
+    )
+    return order
+
+
+def _newest_first(stamp: str) -> tuple[int, ...]:
+    """A sort key that orders ISO timestamps newest first."""
+    return tuple(-ord(c) for c in stamp)
+
+
+def recency_factor(row: MemoryRow, config: FusionConfig, now: str) -> float:
+    """The decay multiplier of one memory: ``1 - w * (1 - 2 ** (-age / half_life))``.
+
+    ``w`` is ``recency_weight`` and ``half_life`` is ``recency_half_life_days``;
+    the age, in days, is from :func:`when` to ``now`` (the search's ``as_of``, or
+    the present), never negative. 1 when the weight is 0 (the default).
+    """
+    weight = config.recency_weight
+    if weight <= 0:
+        return 1.0
+    age = _days_between(when(row), now)
+    return 1.0 - weight * (1.0 - math.pow(2.0, -age / config.recency_half_life_days))
+
+
+def _days_between(start: str, end: str) -> float:
+    try:
+        delta = datetime.fromisoformat(end) - datetime.fromisoformat(start)
+    except ValueError:
+        return 0.0
+    return max(0.0, delta.total_seconds() / 86400.0)
+
+
+def apply_recency(hits: list[Hit], config: FusionConfig, now: str) -> list[Hit]:
+    """``hits`` with scores multiplied by :func:`recency_factor`, re-sorted; as is when off."""
+    if config.recency_weight <= 0:
+        return hits
+    out = []
+    for hit in hits:
+        factor = recency_factor(hit.row, config, now)
+        out.append(Hit(hit.row, hit.score * factor, {**hit.explain, "recency": factor}))
     out.sort(key=lambda h: (-h.score, -h.explain["semantic"], h.row.id))
     return out

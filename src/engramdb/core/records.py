@@ -15,12 +15,16 @@ from typing import Any, Literal
 import numpy as np
 
 __all__ = [
+    "INCOMING_KIND",
     "KEEP",
+    "LINK_KINDS",
+    "SUPERSEDING_KINDS",
     "AddOutcome",
     "Candidate",
     "EntityRef",
     "HistoryEvent",
     "Keep",
+    "LinkKind",
     "MemoryRow",
     "NewMemory",
     "NewMessage",
@@ -45,6 +49,26 @@ KEEP = Keep.KEEP
 
 EntityRef = tuple[str, str, str]
 """An entity mention: ``(name, normalized, type)``."""
+
+LinkKind = Literal["related", "updates", "contradicts", "follows_up"]
+
+LINK_KINDS: tuple[LinkKind, ...] = ("related", "updates", "contradicts", "follows_up")
+"""What a link from a new memory to an existing one says (stored in ``memory_links.kind``):
+``updates`` the new one replaces it (a changed preference, a move), ``contradicts`` the
+two cannot both hold, ``follows_up`` a later event of the same story, ``related``
+anything else (and every link stored before link kinds existed)."""
+
+SUPERSEDING_KINDS: frozenset[str] = frozenset({"updates", "contradicts"})
+"""The kinds that make the older end of a link *superseded* when the newer end is
+live and visible (derived at read time, never stored)."""
+
+INCOMING_KIND: dict[str, str] = {
+    "related": "related",
+    "updates": "updated_by",
+    "contradicts": "contradicted_by",
+    "follows_up": "followed_up_by",
+}
+"""How a link reads from its target's side: the label of an incoming link."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +186,8 @@ class NewMemory:
     """Indexes into the ``messages`` list passed with the same add."""
     links: list[str] = field(default_factory=list)
     """Public ids of existing memories this one relates to."""
+    link_kinds: dict[str, str] = field(default_factory=dict)
+    """The kind (:data:`LINK_KINDS`) of each of ``links``; a missing id is ``related``."""
     entities: list[EntityRef] = field(default_factory=list)
     """Entities mentioned in the text, linked relationally on write."""
     context_messages: list[int] = field(default_factory=list)
@@ -198,6 +224,22 @@ class MemoryRow:
     agent_ids: list[str] = field(default_factory=list)
     """Extra agents this memory was seen with (besides ``agent_id``)."""
     linked_ids: list[str] = field(default_factory=list)
+    """Memories linked to this one, either way, by id."""
+    link_kinds: dict[str, str] = field(default_factory=dict)
+    """The link with each of ``linked_ids`` read from this memory's side: an outgoing
+    kind (``updates``, ...) or an incoming label (:data:`INCOMING_KIND`: ``updated_by``,
+    ...). Ids linked only by ``related`` links may be missing (``related``)."""
+
+    @property
+    def superseder_ids(self) -> list[str]:
+        """Memories that link to this one with a superseding kind.
+
+        Not yet checked for being live, newer or visible: the flows decide whether
+        this memory is superseded.
+        """
+        return [
+            i for i, kind in self.link_kinds.items() if kind in ("updated_by", "contradicted_by")
+        ]
 
 
 @dataclass

@@ -43,7 +43,8 @@ RETRY_ECHO_CHARS = 4000
 
 _ADDITIVE_SHAPE = (
     '{"memory": [{"text": "<one self-contained fact>", "attributed_to": "user" or '
-    '"assistant", "linked_memory_ids": ["<id from known_memories>"]}]}\n'
+    '"assistant", "linked_memory_ids": ["<id from known_memories>"], "link_kind": '
+    '"updates" | "contradicts" | "follows_up" | "related"}]}\n'
     'When nothing is worth remembering, reply {"memory": []}.'
 )
 _FACTS_SHAPE = (
@@ -364,13 +365,60 @@ def _links(
     return tuple(linked)
 
 
+_LINK_KIND_WORDS = {
+    "updates": "updates",
+    "update": "updates",
+    "updated": "updates",
+    "replaces": "updates",
+    "replace": "updates",
+    "supersedes": "updates",
+    "changes": "updates",
+    "contradicts": "contradicts",
+    "contradict": "contradicts",
+    "contradiction": "contradicts",
+    "follows_up": "follows_up",
+    "follow_up": "follows_up",
+    "followup": "follows_up",
+    "follows": "follows_up",
+    "continues": "follows_up",
+    "related": "related",
+    "relates": "related",
+    "none": "related",
+}
+
+
+def _link_kind(
+    where: str, item: Mapping[str, Any], linked: tuple[str, ...], notes: _Notes, repairs: set[str]
+) -> str:
+    """The item's ``link_kind``: ``related`` when missing, unknown, or with no link."""
+    found, value = _field(item, ("link_kind", "relation", "link_type", "kind"), repairs)
+    if not found or value is None or value == "":
+        return "related"
+    if not isinstance(value, str):
+        notes.add(f"{where}: link_kind is {_a(value)}, not a string; read as 'related'")
+        return "related"
+    key = value.strip().casefold().replace("-", "_").replace(" ", "_")
+    kind = _LINK_KIND_WORDS.get(key)
+    if kind is None:
+        notes.add(
+            f"{where}: link_kind {_show(value, 30)} is not one of updates, contradicts, "
+            "follows_up, related; read as 'related'"
+        )
+        return "related"
+    if key != kind:
+        repairs.add(f"read link_kind {key!r} as {kind!r}")
+    if not linked:
+        return "related"
+    return kind
+
+
 def parse_additive(
     reply: str, ids: IdMap, *, max_items: int = 100, max_chars: int = 2000
 ) -> ParseOutcome[Extracted]:
     """Read an additive extraction reply into :class:`Extracted` items.
 
-    Accepts ``{"memory": [{"text", "attributed_to", "linked_memory_ids"}]}``
-    and these variants (each noted in ``repaired``): any fault
+    Accepts ``{"memory": [{"text", "attributed_to", "linked_memory_ids",
+    "link_kind"}]}`` and these variants (each noted in ``repaired``): any fault
     :func:`repair_json` fixes; a bare list; the key spelled ``Memory`` or
     ``memories``; plain strings instead of objects (attributed to the
     user); ``text`` spelled ``memory``/``fact``/``content``; ids as
@@ -380,7 +428,9 @@ def parse_additive(
     may be false); repeats within the reply (by :func:`normalize_text`);
     items past ``max_items``; linked ids that name no memory of ``ids``
     (an invented number, a real id seen in a message). A missing or
-    unknown ``attributed_to`` becomes ``"user"`` with a warning.
+    unknown ``attributed_to`` becomes ``"user"`` with a warning; a missing
+    ``link_kind`` is ``related``, a synonym ("update", "follow-up") is read
+    as its kind, an unknown one is ``related`` with a warning.
     ``{"memory": []}`` is a valid empty answer.
 
     Raises:
@@ -413,7 +463,9 @@ def parse_additive(
         if text is None:
             continue
         attributed = _attribution(where, entry, notes, repairs)
-        items.append(Extracted(text, attributed, _links(where, entry, ids, notes, repairs)))
+        linked = _links(where, entry, ids, notes, repairs)
+        kind = _link_kind(where, entry, linked, notes, repairs)
+        items.append(Extracted(text, attributed, linked, kind))
     if plain:
         repairs.add(f"read {plain} plain strings as memories attributed to the user")
     _none_usable(raw, items, notes, _ADDITIVE_SHAPE)

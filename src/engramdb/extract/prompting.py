@@ -34,8 +34,8 @@ __all__ = [
 ]
 
 PROMPT_FILES = {
-    "additive": "additive_v1.txt",
-    "additive_compact": "additive_compact_v1.txt",
+    "additive": "additive_v2.txt",
+    "additive_compact": "additive_compact_v2.txt",
     "facts": "facts_v1.txt",
     "update": "update_v1.txt",
     "procedural": "procedural_v1.txt",

@@ -28,14 +28,19 @@ ADDITIVE_SCHEMA: dict[str, Any] = {
                     "text": {"type": "string", "description": "One self-contained fact."},
                     "attributed_to": {"type": "string", "enum": ["user", "assistant"]},
                     "linked_memory_ids": {"type": "array", "items": _ID},
+                    "link_kind": {
+                        "type": "string",
+                        "enum": ["updates", "contradicts", "follows_up", "related"],
+                    },
                 },
-                "required": ["text", "attributed_to", "linked_memory_ids"],
+                "required": ["text", "attributed_to", "linked_memory_ids", "link_kind"],
             },
         }
     },
     "required": ["memory"],
 }
-"""The additive reply: ``{"memory": [{"text", "attributed_to", "linked_memory_ids"}]}``."""
+"""The additive reply: ``{"memory": [{"text", "attributed_to", "linked_memory_ids",
+"link_kind"}]}``."""
 
 FACTS_SCHEMA: dict[str, Any] = {
     "type": "object",

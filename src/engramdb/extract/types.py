@@ -77,11 +77,16 @@ class AdditiveContext:
 
 @dataclass(frozen=True)
 class Extracted:
-    """One memory the additive pass wants to add; ``linked_ids`` are real ids."""
+    """One memory the additive pass wants to add; ``linked_ids`` are real ids.
+
+    ``link_kind`` (one of :data:`engramdb.core.records.LINK_KINDS`) is what the
+    model said the new memory does to every one of ``linked_ids``.
+    """
 
     text: str
     attributed_to: Attribution
     linked_ids: tuple[str, ...] = ()
+    link_kind: str = "related"
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ after every row, since a row may link to one imported after it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from engramdb.core.records import LINK_KINDS
 from engramdb.errors import ImportFormatError
 from engramdb.stores.base import EntityRef, HistoryEvent, Scope, visible_scope
 
@@ -50,6 +51,10 @@ class ImportedMemory:
     history: list[HistoryEvent]
     links: list[str]
     """Public ids of the memories it links to (written once every row is in)."""
+    link_kinds: dict[str, str] = field(default_factory=dict)
+    """The kind of each outgoing link of ``links`` that is not ``related`` (the export's
+    ``link_kinds`` read from this memory's side; incoming labels are written by the
+    other end's row)."""
 
     @property
     def owner(self) -> str:
@@ -101,6 +106,9 @@ def imported(r: dict[str, Any]) -> ImportedMemory:
             for h in r.get("history", [])
         ],
         links=list(r.get("linked_memory_ids", [])),
+        link_kinds={
+            str(k): str(v) for k, v in (r.get("link_kinds") or {}).items() if v in LINK_KINDS
+        },
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from engramdb.core.records import HistoryEvent, MemoryRow, ScopeCounts
+from engramdb.core.records import INCOMING_KIND, HistoryEvent, MemoryRow, ScopeCounts
 
 __all__ = [
     "HISTORY_COLUMNS",
@@ -25,8 +25,10 @@ __all__ = [
     "MEMORY_COLUMNS",
     "ValueConverters",
     "chunks",
+    "fold_links",
     "history_event",
     "iso_stamp",
+    "link_label",
     "memory_columns",
     "memory_row",
     "scope_counts",
@@ -102,6 +104,7 @@ def memory_row(
     run_ids: Sequence[str] = (),
     agent_ids: Sequence[str] = (),
     linked_ids: Sequence[str] = (),
+    link_kinds: dict[str, str] | None = None,
 ) -> MemoryRow:
     """A :class:`MemoryRow` from the first :data:`MEMORY_COLUMNS` values of ``r``."""
     return MemoryRow(
@@ -125,7 +128,46 @@ def memory_row(
         run_ids=list(run_ids),
         agent_ids=list(agent_ids),
         linked_ids=list(linked_ids),
+        link_kinds=dict(link_kinds or {}),
     )
+
+
+_LABEL_RANK = {
+    "updated_by": 0,
+    "contradicted_by": 1,
+    "updates": 2,
+    "contradicts": 3,
+    "followed_up_by": 4,
+    "follows_up": 5,
+    "related": 6,
+}
+
+
+def link_label(outgoing: bool, kind: str) -> str:
+    """A stored link's kind as read from one end.
+
+    The kind itself from the memory that links, :data:`INCOMING_KIND` from the
+    memory linked to; an unknown kind reads ``related``.
+    """
+    if kind not in INCOMING_KIND:
+        return "related"
+    return kind if outgoing else INCOMING_KIND[kind]
+
+
+def fold_links(labelled: Iterable[tuple[str, str]]) -> tuple[list[str], dict[str, str]]:
+    """``(other id, label)`` pairs into ``linked_ids`` (sorted, unique) and ``link_kinds``.
+
+    Two memories may be linked more than once (both ways, or by two kinds); the
+    label kept is the one that says most: being superseded first, ``related`` last.
+    ``related`` labels are left out of the dict (a missing id reads as ``related``).
+    """
+    kinds: dict[str, str] = {}
+    for other, label in labelled:
+        old = kinds.get(other)
+        if old is None or _LABEL_RANK.get(label, 6) < _LABEL_RANK.get(old, 6):
+            kinds[other] = label
+    ids = sorted(kinds)
+    return ids, {i: k for i, k in kinds.items() if k != "related"}
 
 
 def history_event(r: Sequence[Any], values: ValueConverters) -> HistoryEvent:

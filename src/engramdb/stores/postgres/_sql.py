@@ -34,8 +34,10 @@ from engramdb.stores.kernel.rows import (
     MEMORY_COLUMNS,
     ValueConverters,
     chunks,
+    fold_links,
     history_event,
     iso_stamp,
+    link_label,
     memory_columns,
     memory_row,
 )
@@ -361,18 +363,27 @@ class _FlowBase:
         return (
             f"{memory_columns('m')}, {sessions.format(t=scope, k='run_id')}, "
             f"{sessions.format(t=scope, k='agent_id')}, "
-            f"ARRAY(SELECT i FROM (SELECT x.id FROM {links} l JOIN {mems} x ON x.rowid = "
-            f"l.to_rowid WHERE l.from_rowid = m.rowid UNION SELECT x.id FROM {links} l JOIN "
-            f"{mems} x ON x.rowid = l.from_rowid WHERE l.to_rowid = m.rowid) AS u(i) "
-            'ORDER BY i COLLATE "C")'
+            f"ARRAY(SELECT '>' || l.kind || ' ' || x.id FROM {links} l JOIN {mems} x ON "
+            f"x.rowid = l.to_rowid WHERE l.from_rowid = m.rowid UNION ALL SELECT '<' || "
+            f"l.kind || ' ' || x.id FROM {links} l JOIN {mems} x ON x.rowid = l.from_rowid "
+            "WHERE l.to_rowid = m.rowid)"
         )
 
     @staticmethod
     def rows(raw: Sequence[Sequence[Any]]) -> list[MemoryRow]:
         """Turn raw :attr:`cols` rows into MemoryRows."""
-        return [
-            memory_row(r, _VALUES, run_ids=r[18], agent_ids=r[19], linked_ids=r[20]) for r in raw
-        ]
+        out = []
+        for r in raw:
+            # Each link as "<direction><kind> <id>": ">" from this memory, "<" to it.
+            ids, kinds = fold_links(
+                (x.split(" ", 1)[1], link_label(x[0] == ">", x[1:].split(" ", 1)[0])) for x in r[20]
+            )
+            out.append(
+                memory_row(
+                    r, _VALUES, run_ids=r[18], agent_ids=r[19], linked_ids=ids, link_kinds=kinds
+                )
+            )
+        return out
 
     def get(self, memory_id: str, *, include_deleted: bool = False) -> Tx[MemoryRow | None]:
         """One memory by public id, or ``None``."""

@@ -329,14 +329,18 @@ class _WriteFlows(_FlowBase):
                 fetch="none",
             )
         yield from self.insert_context(added, rowids, msg_rowids)
-        links = [(rowids[m.hash], link) for m in added for link in m.links]
+        links = [
+            (rowids[m.hash], link, m.link_kinds.get(link, "related"))
+            for m in added
+            for link in m.links
+        ]
         if links:
             yield _Q(
                 f"INSERT INTO {self.t('memory_links')} (from_rowid, to_rowid, kind, created_at) "
-                f"SELECT u.f, m.rowid, 'related', %s FROM unnest(%s::bigint[], %s::text[]) "
-                f"AS u(f, i) JOIN {self.t('memories')} m ON m.id = u.i AND m.owner = %s "
-                "ORDER BY 1, 2 ON CONFLICT DO NOTHING",
-                (ts, [p[0] for p in links], [p[1] for p in links], owner),
+                f"SELECT u.f, m.rowid, u.k, %s FROM unnest(%s::bigint[], %s::text[], "
+                f"%s::text[]) AS u(f, i, k) JOIN {self.t('memories')} m ON m.id = u.i "
+                "AND m.owner = %s ORDER BY 1, 2 ON CONFLICT DO NOTHING",
+                (ts, [p[0] for p in links], [p[1] for p in links], [p[2] for p in links], owner),
                 fetch="none",
             )
         now = _iso(ts) or ""
@@ -950,9 +954,15 @@ class _WriteFlows(_FlowBase):
             if m.links:
                 yield _Q(
                     f"INSERT INTO {self.t('memory_links')} (from_rowid, to_rowid, kind, "
-                    f"created_at) SELECT %s, rowid, 'related', %s FROM {self.t('memories')} "
-                    "WHERE id = ANY(%s) ON CONFLICT DO NOTHING",
-                    (rowids[m.id], _dt(m.updated_at), m.links),
+                    f"created_at) SELECT %s, x.rowid, u.k, %s FROM unnest(%s::text[], "
+                    f"%s::text[]) AS u(i, k) JOIN {self.t('memories')} x ON x.id = u.i "
+                    "ON CONFLICT DO NOTHING",
+                    (
+                        rowids[m.id],
+                        _dt(m.updated_at),
+                        m.links,
+                        [m.link_kinds.get(i, "related") for i in m.links],
+                    ),
                     fetch="none",
                 )
         return len(rows)

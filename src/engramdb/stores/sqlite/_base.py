@@ -33,7 +33,9 @@ from engramdb.stores.kernel.rows import (
     HISTORY_COLUMNS,
     ISO_TEXT,
     chunks,
+    fold_links,
     history_event,
+    link_label,
     memory_columns,
     memory_row,
 )
@@ -400,14 +402,17 @@ class _Store:
             ):
                 target = by_rowid[rowid]
                 (target.run_ids if kind == "run_id" else target.agent_ids).append(value)
-            for rowid, linked in con.execute(
-                f"SELECT l.from_rowid, m.id FROM memory_links l JOIN memories m "
+            labelled: dict[int, list[tuple[str, str]]] = {}
+            for rowid, linked, kind, outgoing in con.execute(
+                f"SELECT l.from_rowid, m.id, l.kind, 1 FROM memory_links l JOIN memories m "
                 f"ON m.rowid = l.to_rowid WHERE l.from_rowid IN ({marks}) "
-                "UNION SELECT l.to_rowid, m.id FROM memory_links l JOIN memories m "
-                f"ON m.rowid = l.from_rowid WHERE l.to_rowid IN ({marks}) ORDER BY 2",
+                "UNION ALL SELECT l.to_rowid, m.id, l.kind, 0 FROM memory_links l JOIN memories m "
+                f"ON m.rowid = l.from_rowid WHERE l.to_rowid IN ({marks})",
                 [*chunk, *chunk],
             ):
-                by_rowid[rowid].linked_ids.append(linked)
+                labelled.setdefault(rowid, []).append((linked, link_label(bool(outgoing), kind)))
+            for rowid, pairs in labelled.items():
+                by_rowid[rowid].linked_ids, by_rowid[rowid].link_kinds = fold_links(pairs)
         return out
 
     def _where(

@@ -158,9 +158,9 @@ class _Writes(_Store):
                 for link in mem.links:
                     con.execute(
                         "INSERT OR IGNORE INTO memory_links(from_rowid, to_rowid, kind, "
-                        "created_at) SELECT ?, rowid, 'related', ? FROM memories "
+                        "created_at) SELECT ?, rowid, ?, ? FROM memories "
                         "WHERE id = ? AND owner = ?",
-                        (rowid, now, link, owner),
+                        (rowid, mem.link_kinds.get(link, "related"), now, link, owner),
                     )
                 event = add_event(mem, actor, now)
                 self._insert_history(con, event)
@@ -556,8 +556,8 @@ class _Writes(_Store):
                 for link in m.links:
                     con.execute(
                         "INSERT OR IGNORE INTO memory_links(from_rowid, to_rowid, kind, "
-                        "created_at) SELECT ?, rowid, 'related', ? FROM memories WHERE id = ?",
-                        (rowids[m.id], m.updated_at, link),
+                        "created_at) SELECT ?, rowid, ?, ? FROM memories WHERE id = ?",
+                        (rowids[m.id], m.link_kinds.get(link, "related"), m.updated_at, link),
                     )
         return len(rows)
 
