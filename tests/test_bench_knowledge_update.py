@@ -295,7 +295,8 @@ def tiny_report(
     data = tmp / "tiny.json"
     data.write_text(json.dumps(_tiny()), "utf-8")
     out = tmp / "report.json"
-    report = ku.run(data, out=out, embedder=embedder, details=True)
+    # Plain ranking first: the as-of questions asked without search(as_of=).
+    report = ku.run(data, out=out, embedder=embedder, details=True, use_as_of=False)
     return report, out
 
 
@@ -323,8 +324,29 @@ def test_tiny_data_set_figures_by_hand(tiny_report: tuple[dict[str, Any], Path])
         assert (overall["n_current"], overall["n_as_of"], overall["n_previous"]) == (2, 2, 1)
         assert figures["latency"]["search"]["n"] == 5
         assert len(figures["details"]) == 5
+    # The same facts linked as a perfect extractor links them: the parrot fact
+    # updates the beagle fact, so the beagle ranks below it.
+    linked = report["modes"]["linked"]
+    assert linked["memories"] == 4
+    pet = linked["by_kind"]["pet"]
+    assert (pet["current_p@1"], pet["current_mrr"], pet["stale@1"]) == (1.0, 1.0, 0.0)
+    assert pet["current_vs_old"] == 1.0
+    # Without as_of the newest value wins an as-of question too: wrong for "then".
+    assert pet["as_of_acc"] == 0.0 and linked["overall"]["current_p@1"] == 1.0
+    pet_now = next(d for d in linked["details"] if d["chain"] == "t1c2" and d["type"] == "current")
+    assert "parrot" in pet_now["top5"][0].lower()
     text = ku.format_report(report)
     assert "current_p@1" in text and "verbatim" in text and "facts" in text
+
+
+def test_as_of_answers_what_held_then(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    data = tmp_path / "tiny.json"
+    data.write_text(json.dumps(_tiny()), "utf-8")
+    report = ku.run(data, embedder=embedder)
+    assert report["as_of_parameter"] is True
+    for mode in ku.MODES:
+        # search(as_of=D) sees only what was stated by D: the value valid then.
+        assert report["modes"][mode]["overall"]["as_of_acc"] == 1.0, mode
 
 
 def test_modes_and_errors(tmp_path: Path, embedder: LocalEmbedder) -> None:
@@ -332,6 +354,8 @@ def test_modes_and_errors(tmp_path: Path, embedder: LocalEmbedder) -> None:
     data.write_text(json.dumps(_tiny()), "utf-8")
     report = ku.run(data, modes=("facts",), embedder=embedder)
     assert list(report["modes"]) == ["facts"]
+    report = ku.run(data, modes=("facts",), embedder=embedder, retrieval={"recency_weight": 0.5})
+    assert report["retrieval"] == {"recency_weight": 0.5}
     with pytest.raises(ValueError, match="mode"):
         ku.run(data, modes=("nope",), embedder=embedder)  # type: ignore[arg-type]
     with pytest.raises(FileNotFoundError):

@@ -1140,8 +1140,9 @@ class Operations:
             include_expired=bool(show_expired) or at is not None,
         )
         hits = apply_recency(hits, self.fusion, at or utc_now())
-        visible = self._visible(scope)
-        supers = yield from self._superseders([h.row for h in hits], visible, at)
+        # Superseders come from the search's own scope: a run-scoped search never
+        # pulls in (or is told about) another run's memory.
+        supers = yield from self._superseders([h.row for h in hits], scope, at)
         hits = rank_superseded(
             hits,
             supers,
@@ -1151,7 +1152,7 @@ class Operations:
         if any(h.row.id not in supers and h.row.superseder_ids for h in hits):
             # A pulled-in memory may itself be superseded: read those too.
             more = yield from self._superseders(
-                [h.row for h in hits if h.row.id not in supers], visible, at
+                [h.row for h in hits if h.row.id not in supers], scope, at
             )
             supers.update(more)
         found: list[tuple[MemoryRow, dict[str, Any]]] = []
@@ -1210,7 +1211,7 @@ class Operations:
             include_expired=bool(show_expired),
         )
         shown = yield from self._linkable(rows)
-        supers = yield from self._superseders(rows, self._visible(scope))
+        supers = yield from self._superseders(rows, scope)
         return {"results": [_with_superseded(item(r, shown), supers) for r in rows]}
 
     def history(self, memory_id: object) -> Flow[list[dict[str, Any]]]:

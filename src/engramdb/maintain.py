@@ -8,7 +8,7 @@ is its command-line face; docs/maintenance.md is the user's guide):
   ``system``; :meth:`Memory.restore` brings one back.
 - **duplicates**: live memories of one owner (a user, with the same agent;
   never across users or agents) whose vectors have cosine ``>= cosine`` or
-  whose normalised texts have a trigram Jaccard similarity
+  whose normalised texts have a trigram similarity (:func:`text_similarity`)
   ``>= text_similarity`` are grouped into clusters, for review. Nothing is
   changed by this job.
 - **merge** (needs an LLM): for each cluster the LLM writes one merged
@@ -39,6 +39,7 @@ import numpy as np
 from engramdb._time import utc_now
 from engramdb.errors import (
     ConfigError,
+    EmbedderMismatchError,
     EngramError,
     LLMError,
     MemoryNotFoundError,
@@ -273,6 +274,8 @@ def maintain(
         ValidationError: a threshold outside (0, 1], ``merge`` without
             ``duplicates``, or a bad scope id (:class:`ScopeError`).
         ConfigError: ``merge`` without an LLM configured.
+        EmbedderMismatchError: ``duplicates`` with an embedder other than the
+            one the store's vectors were made with.
         TypeError: ``memory`` is not a blocking :class:`Memory`.
     """
     _check_memory(memory)
@@ -285,6 +288,8 @@ def maintain(
             "merge proposals are written by an LLM and none is configured "
             "({'llm': {...}} in the config, or ENGRAM_LLM)"
         )
+    if duplicates:
+        _check_embedder(memory)
     ids = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
     view = memory.scoped(**ids) if any(v is not None for v in ids.values()) else memory
     target = view.within
@@ -325,6 +330,17 @@ def _check_memory(memory: object) -> None:
         raise TypeError(
             f"maintain() works on a blocking engramdb.Memory, got {type(memory).__name__}; "
             "with AsyncMemory, run it on a Memory of the same store in a worker thread"
+        )
+
+
+def _check_embedder(memory: Memory) -> None:
+    bound = memory.store.bound_embedder()
+    mine = (memory.embedder.model, memory.embedder.dim)
+    if bound is not None and tuple(bound) != mine:
+        raise EmbedderMismatchError(
+            f"the store's vectors were made by {bound[0]!r} (dim {bound[1]}), but this "
+            f"memory's embedder is {mine[0]!r} (dim {mine[1]}): duplicates would be judged "
+            "by another model; open the store with the embedder it was made with"
         )
 
 
@@ -508,7 +524,7 @@ class _Job:
                     a=rows[i].id,
                     b=rows[j].id,
                     cosine=round(min(1.0, float(vectors[i] @ vectors[j])), 4),
-                    text_similarity=round(_jaccard(grams[i], grams[j]), 4),
+                    text_similarity=round(_dice(grams[i], grams[j]), 4),
                 )
             )
         scope: dict[str, str] = dict(_owner(rows[0]).items())
@@ -520,7 +536,7 @@ class _Job:
             )
             self.report.clusters.append(
                 DuplicateCluster(
-                    scope=scope,
+                    scope=dict(scope),
                     members=[
                         ClusterMember(
                             id=rows[i].id,
@@ -544,13 +560,11 @@ class _Job:
         by_id = {r.id: r for r in self.rows}
         for index, cluster in enumerate(clusters):
             proposal = MergeProposal(cluster=index, member_ids=cluster.ids, status="skipped")
-            self._propose(cluster, [by_id[i] for i in cluster.ids], proposal)
+            self._propose([by_id[i] for i in cluster.ids], proposal)
             self.report.merges.append(proposal)
             self.progress("merge", index + 1, len(clusters))
 
-    def _propose(
-        self, cluster: DuplicateCluster, members: list[MemoryRow], proposal: MergeProposal
-    ) -> None:
+    def _propose(self, members: list[MemoryRow], proposal: MergeProposal) -> None:
         if len(members) > MAX_MERGE_MEMBERS:
             proposal.note = (
                 f"{len(members)} members; at most {MAX_MERGE_MEMBERS} are merged in one "
@@ -584,7 +598,7 @@ class _Job:
             proposal.note = why or "the LLM judged these to be different facts"
             return
         proposal.memory = text
-        same_as = next((m.id for m in members if m.text.strip() == text), None)
+        same_as = next((m.id for m in members if " ".join(m.text.split()) == text), None)
         if same_as is not None:
             proposal.note = (
                 f"the merged text is member {same_as}'s, word for word: nothing new to "
@@ -594,19 +608,13 @@ class _Job:
         if self.report.dry_run:
             proposal.status = "proposed"
             return
-        self._store_merge(cluster, members, text, proposal)
+        self._store_merge(members, text, proposal)
 
-    def _store_merge(
-        self,
-        cluster: DuplicateCluster,
-        members: list[MemoryRow],
-        text: str,
-        proposal: MergeProposal,
-    ) -> None:
+    def _store_merge(self, members: list[MemoryRow], text: str, proposal: MergeProposal) -> None:
         # The LLM took a while: the members must still be what it was shown.
         for member in members:
-            now = self.memory.store.get(member.id)
-            if now is None or now.hash != member.hash or _expired(now, utc_now()):
+            current = self.memory.store.get(member.id)
+            if current is None or current.hash != member.hash or _expired(current, utc_now()):
                 proposal.note = f"member {member.id} changed meanwhile; nothing stored"
                 return
         owner = _owner(members[0])
@@ -646,7 +654,6 @@ MERGE_SCHEMA: dict[str, Any] = {
         "why": {"type": "string"},
     },
     "required": ["same", "memory"],
-    "additionalProperties": False,
 }
 """The JSON object the merge prompt asks for."""
 
@@ -660,8 +667,8 @@ Decide whether every memory in the array states the same fact, only worded \
 differently or with more or less detail.
 
 - If they do, write one memory that can replace all of them: self-contained, in \
-the third person or as the originals are phrased, in their language, keeping \
-every name, number, date and place any of them gives. Add nothing they do not \
+the voice and the language of the originals, keeping every name, number, date \
+and place any of them gives. Add nothing they do not \
 say. Keep it about as short as the longest original.
 - If any of them states a different fact, a change over time, or a contradiction, \
 do not merge.
@@ -719,15 +726,17 @@ def parse_merge_reply(reply: str, *, max_chars: int) -> tuple[bool, str, str | N
 
 
 def text_similarity(a: str, b: str) -> float:
-    """How alike two texts are, in [0, 1]: the Jaccard index of their character trigrams.
+    """How alike two texts are, in [0, 1]: the Dice coefficient of their character trigrams.
 
-    Texts are normalised first (Unicode NFKC, case folded, every run of
-    punctuation and spaces made one space), so ``"I'm vegan."`` and ``"i m
-    vegan"`` score 1.0. A trigram set measure, unlike an edit distance, can
-    be joined over a whole scope without comparing every pair (prefix
+    ``2 |A & B| / (|A| + |B|)`` over the sets of three-character slices of
+    each normalised text (Unicode NFKC, case folded, every run of punctuation
+    and spaces made one space, a space added at each end), so ``"I'm
+    vegan."`` and ``"i m  VEGAN"`` score 1.0. It has the shape of difflib's
+    ratio (twice the matches over the total), but, unlike an edit distance,
+    it can be joined over a whole scope without comparing every pair (prefix
     filtering), which is what :func:`maintain` does.
     """
-    return _jaccard(_trigrams(a), _trigrams(b))
+    return _dice(_trigrams(a), _trigrams(b))
 
 
 def _normalise(text: str) -> str:
@@ -742,9 +751,9 @@ def _trigrams(text: str) -> frozenset[str]:
     return frozenset(padded[i : i + 3] for i in range(len(padded) - 2))
 
 
-def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+def _dice(a: frozenset[str], b: frozenset[str]) -> float:
     inter = len(a & b)
-    return inter / (len(a) + len(b) - inter) if inter else 0.0
+    return 2 * inter / (len(a) + len(b)) if inter else 0.0
 
 
 def _cosine_pairs(
@@ -765,14 +774,16 @@ def _cosine_pairs(
 
 
 def _text_pairs(grams: Sequence[frozenset[str]], threshold: float) -> Iterator[tuple[int, int]]:
-    """Pairs ``(i, j)``, ``i < j``, whose trigram sets have Jaccard ``>= threshold``.
+    """Pairs ``(i, j)``, ``i < j``, whose trigram sets have Dice ``>= threshold``.
 
-    Prefix filtering (an exact all-pairs join): with every set's trigrams in one
+    Dice ``d`` is Jaccard ``d / (2 - d)``, so this is an exact all-pairs join
+    on Jaccard ``t`` by prefix filtering: with every set's trigrams in one
     global order, rarest first, two sets of Jaccard ``>= t`` share a trigram
     among the first ``|x| - ceil(t * |x|) + 1`` of each. Sets are visited from
-    the smallest, and only sets of size ``>= t * |x|`` can match ``x``; the
+    the smallest, only sets of size ``>= t * |x|`` can match ``x``, and the
     candidates a shared rare trigram brings are then scored exactly.
     """
+    jaccard = threshold / (2.0 - threshold)
     freq = Counter(g for s in grams for g in s)
     rank = {g: r for r, g in enumerate(sorted(freq, key=lambda g: (freq[g], g)))}
     ordered = [sorted(rank[g] for g in s) for s in grams]
@@ -780,14 +791,14 @@ def _text_pairs(grams: Sequence[frozenset[str]], threshold: float) -> Iterator[t
     for x in sorted(range(len(grams)), key=lambda i: (len(ordered[i]), i)):
         size = len(ordered[x])
         # Rounded so that float error can only make the prefix longer (still exact).
-        prefix = size - math.ceil(threshold * size - 1e-9) + 1
-        least = threshold * size - 1e-9
+        prefix = size - math.ceil(jaccard * size - 1e-9) + 1
+        least = jaccard * size - 1e-9
         candidates: set[int] = set()
         for token in ordered[x][:prefix]:
             candidates.update(y for y in index[token] if len(ordered[y]) >= least)
             index[token].append(x)
         for y in candidates:
-            if _jaccard(grams[x], grams[y]) >= threshold - _EPS:
+            if _dice(grams[x], grams[y]) >= threshold - _EPS:
                 yield min(x, y), max(x, y)
 
 

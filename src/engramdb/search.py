@@ -204,9 +204,20 @@ def _entity_keys(query: str) -> list[str]:
     return list(keys)
 
 
+_PRESENT = re.compile(
+    r"\b(?:right now|just now|now|currently|nowadays|these days|at the moment|at present|"
+    r"presently|anymore|any more)\b",
+    re.IGNORECASE,
+)
+"""Words that ask *when* (at present), not *what*: "Which sport is Sofia into now?".
+Kept as keywords they match every memory that says "now" ("Sofia now lives in
+Gdansk"); the present is what search answers for anyway (superseded memories
+rank below what replaced them), so they are left out of the keyword terms."""
+
+
 def plan_query(query: str, config: FusionConfig) -> QueryPlan:
     """Read a query once: its keyword terms and the entity keys it may name."""
-    terms = query_terms(query) if config.bm25_weight > 0 else []
+    terms = query_terms(_PRESENT.sub(" ", query)) if config.bm25_weight > 0 else []
     keys = _entity_keys(query) if config.entity_weight > 0 or config.actor_weight > 0 else []
     return QueryPlan(
         terms=terms, entities=keys if config.entity_weight > 0 else [], names=frozenset(keys)

@@ -84,8 +84,8 @@ __all__ = [
     "summarise",
 ]
 
-Mode = Literal["verbatim", "facts"]
-MODES: Final[tuple[Mode, ...]] = ("verbatim", "facts")
+Mode = Literal["verbatim", "facts", "linked"]
+MODES: Final[tuple[Mode, ...]] = ("verbatim", "facts", "linked")
 TOP_K: Final = 20
 METRICS: Final = (
     "current_p@1",
@@ -232,8 +232,53 @@ def load(path: str | Path) -> list[Conversation]:
 # -- ingest --------------------------------------------------------------------------------
 
 
+def _gold_links(conv: Conversation) -> dict[str, list[str]]:
+    """What a perfect extractor links with ``updates``.
+
+    For each stating turn of a chain's later value: the stating turns of the value
+    before it.
+    """
+    out: dict[str, list[str]] = {}
+    for chain in conv.chains:
+        for before, value in zip(chain.values, chain.values[1:], strict=False):
+            for turn in value.turns:
+                out.setdefault(turn, []).extend(t for t in before.turns if t not in out[turn])
+    return out
+
+
+def _ingest_linked(memory: Memory, conv: Conversation) -> dict[str, list[str]]:
+    """``linked`` mode: the gold facts, one add per fact.
+
+    Each is linked (``updates``) to the facts of the value it replaces that were
+    stored before it.
+    """
+    sources: dict[str, list[str]] = {}
+    stored: dict[str, str] = {}  # turn id -> memory id
+    gold = _gold_links(conv)
+    for session in conv.sessions:
+        for fact in session.facts:
+            links = {stored[t]: "updates" for t in gold.get(fact.turn, ()) if t in stored}
+            out = memory.add(
+                [{"role": "user", "content": fact.text, "name": fact.about}],
+                user_id=conv.id,
+                run_id=session.id,
+                metadata={"session": session.id},
+                timestamp=session.date,
+                infer=False,
+                links=links or None,
+            )
+            mid = out["results"][0]["id"]
+            stored.setdefault(fact.turn, mid)
+            known = sources.setdefault(mid, [])
+            if fact.turn not in known:
+                known.append(fact.turn)
+    return sources
+
+
 def ingest(memory: Memory, conv: Conversation, mode: Mode) -> dict[str, list[str]]:
     """Store one conversation; returns each memory id's source turn ids (ground truth)."""
+    if mode == "linked":
+        return _ingest_linked(memory, conv)
     sources: dict[str, list[str]] = {}
     for session in conv.sessions:
         if mode == "verbatim":
@@ -324,10 +369,13 @@ def _run_mode(
     top_k: int,
     details: bool,
     say: Callable[[str], None],
+    retrieval: dict[str, Any] | None = None,
+    use_as_of: bool = True,
 ) -> dict[str, Any]:
+    config = {"retrieval": retrieval} if retrieval else None
     with (
         tempfile.TemporaryDirectory(prefix="engram-ku-") as tmp,
-        Memory(Path(tmp) / "ku.db", embedder=wrapped) as memory,
+        Memory(Path(tmp) / "ku.db", config, embedder=wrapped) as memory,
     ):
         started = time.perf_counter()
         sources: dict[str, dict[str, list[str]]] = {}
@@ -345,7 +393,12 @@ def _run_mode(
             for chain in conv.chains:
                 for q in chain.questions:
                     t0 = time.perf_counter()
-                    found = memory.search(q.text, user_id=conv.id, top_k=top_k)["results"]
+                    found = memory.search(
+                        q.text,
+                        user_id=conv.id,
+                        top_k=top_k,
+                        as_of=q.date if q.type == "as_of" and use_as_of else None,
+                    )["results"]
                     search_times.append(time.perf_counter() - t0)
                     ranked = [ids.get(r["id"], []) for r in found]
                     figures = score_question(chain, q, ranked)
@@ -385,11 +438,15 @@ def run(
     embedder: Embedder | None = None,
     details: bool = False,
     progress: Callable[[str], None] | None = None,
+    retrieval: dict[str, Any] | None = None,
+    use_as_of: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark in each of ``modes``; returns the report (and writes ``out``).
 
     ``data`` defaults to the checked-in :data:`DEFAULT_DATA`; ``embedder``
-    replaces the local model (tests); ``details`` adds every question's top 5.
+    replaces the local model (tests); ``details`` adds every question's top 5;
+    ``retrieval`` overrides retrieval settings (``{"recency_weight": 0.3}``);
+    ``use_as_of=False`` asks the as-of questions without ``search(as_of=...)``.
     """
     say = progress or (lambda _msg: None)
     for mode in modes:
@@ -426,7 +483,12 @@ def run(
             t: sum(1 for q in questions if q.type == t) for t in ("current", "as_of", "previous")
         },
         "latency": {"embed_query": _latency(embed_times)},
-        "modes": {m: _run_mode(m, convs, wrapped, top_k, details, say) for m in modes},
+        "retrieval": retrieval or {},
+        "as_of_parameter": use_as_of,
+        "modes": {
+            m: _run_mode(m, convs, wrapped, top_k, details, say, retrieval, use_as_of)
+            for m in modes
+        },
     }
     if out is not None:
         Path(out).write_text(json.dumps(report, indent=2), "utf-8")
@@ -474,12 +536,18 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m engramdb.bench.knowledge_update", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--data", type=Path, help=f"data file (default: {DEFAULT_DATA})")
-    parser.add_argument("--mode", choices=(*MODES, "both"), default="both")
+    parser.add_argument("--mode", choices=(*MODES, "all"), default="all")
     parser.add_argument("--top-k", type=int, default=TOP_K)
     parser.add_argument("--out", type=Path, help="write the report as JSON here")
     parser.add_argument("--details", action="store_true", help="per-question top 5 in the JSON")
+    parser.add_argument(
+        "--retrieval", type=json.loads, help='retrieval settings as JSON: {"recency_weight": 0.3}'
+    )
+    parser.add_argument(
+        "--no-as-of", action="store_true", help="ask as-of questions without search(as_of=)"
+    )
     args = parser.parse_args(argv)
-    modes: tuple[Mode, ...] = MODES if args.mode == "both" else (args.mode,)
+    modes: tuple[Mode, ...] = MODES if args.mode == "all" else (args.mode,)
     report = run(
         args.data,
         modes=modes,
@@ -487,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         out=args.out,
         details=args.details,
         progress=lambda msg: print(msg, file=sys.stderr, flush=True),
+        retrieval=args.retrieval,
+        use_as_of=not args.no_as_of,
     )
     print(format_report(report))
     return 0

@@ -36,6 +36,7 @@ from engramdb.cli import demo
 from engramdb.cli import serve
 from engramdb.cli import keys
 from engramdb.cli import bench
+from engramdb.cli import maintain as maintain  # (registers `engram maintain`)
 
 # isort: on
 

@@ -618,10 +618,11 @@ def bench_knowledge_update(
             metavar="MODE",
             help=(
                 "What is stored: 'verbatim' (every turn, infer=False), 'facts' (the gold fact "
-                "sentence of every stating turn, as a perfect extractor) or 'both'."
+                "sentence of every stating turn, no links), 'linked' (the same facts, each "
+                "linked with 'updates' to the value it replaces: a perfect extractor) or 'all'."
             ),
         ),
-    ] = "both",
+    ] = "all",
     top_k: Annotated[int, typer.Option(metavar="K", help="Memories retrieved per question.")] = 20,
     out: Annotated[
         Path | None, typer.Option(metavar="FILE", help="Also write the report to this JSON file.")
@@ -629,14 +630,25 @@ def bench_knowledge_update(
     details: Annotated[
         bool, typer.Option("--details", help="Every question's top 5 in the report.")
     ] = False,
+    recency_weight: Annotated[
+        float,
+        typer.Option(
+            metavar="W", min=0, max=1, help="Decay weight in the fusion (0: off, the default)."
+        ),
+    ] = 0.0,
+    no_as_of: Annotated[
+        bool, typer.Option("--no-as-of", help="Ask as-of questions without search(as_of=).")
+    ] = False,
     json_out: JsonOut = False,
 ) -> None:
     """What holds now, what held then: current-fact P@1, as-of, previous-value R@5 per kind."""
     from engramdb.bench import knowledge_update as bench
 
-    if mode not in (*bench.MODES, "both"):
-        raise typer.BadParameter("must be 'verbatim', 'facts' or 'both'", param_hint="--mode")
-    modes = bench.MODES if mode == "both" else (mode,)
+    if mode not in (*bench.MODES, "all"):
+        raise typer.BadParameter(
+            "must be 'verbatim', 'facts', 'linked' or 'all'", param_hint="--mode"
+        )
+    modes = bench.MODES if mode == "all" else (mode,)
     with _expected_errors():
         try:
             report = bench.run(
@@ -646,6 +658,8 @@ def bench_knowledge_update(
                 out=out,
                 details=details,
                 progress=_note,
+                retrieval={"recency_weight": recency_weight} if recency_weight else None,
+                use_as_of=not no_as_of,
             )
         except (FileNotFoundError, ValueError, KeyError) as exc:
             _fail(str(exc))

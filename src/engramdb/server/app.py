@@ -100,6 +100,11 @@ class AddRequest(_Body):
     expiration_date: str | float | None = Field(None, description="When the memories expire.")
     memory_type: Literal["procedural_memory"] | None = None
     prompt: str | None = Field(None, description="Extra extraction instructions for this call.")
+    links: dict[str, Literal["related", "updates", "contradicts", "follows_up"]] | None = Field(
+        None,
+        description="Verbatim adds (infer=false): link what is stored to these memories, "
+        "by id, with a kind; 'updates' and 'contradicts' make them superseded.",
+    )
 
 
 class SearchRequest(_Body):
@@ -121,6 +126,14 @@ class SearchRequest(_Body):
         None, description="False skips a configured reranker (default: the configuration)."
     )
     show_expired: bool = Field(False, description="Include memories past their expiry.")
+    as_of: str | None = Field(
+        None,
+        description="Answer as of this date or ISO-8601 time (a plain date: the end of that "
+        "day): memories stated by then, superseded only by what was stated by then.",
+    )
+    include_superseded: bool = Field(
+        True, description="False drops memories a newer one updates or contradicts."
+    )
 
 
 class UpdateRequest(_Body):
@@ -167,6 +180,17 @@ class MemoryOut(BaseModel):
     agent_id: str | None = None
     run_id: str | None = None
     linked_memory_ids: list[str] = []
+    link_kinds: dict[str, str] | None = Field(
+        None,
+        description="The kind of each link that is not 'related', read from this memory's "
+        "side: updates, contradicts, follows_up, or updated_by, contradicted_by, "
+        "followed_up_by.",
+    )
+    superseded_by: list[str] | None = Field(
+        None,
+        description="Newer memories that update or contradict this one (search results: "
+        "always, [] when none; elsewhere only when there are some).",
+    )
     score: float | None = Field(None, description="Search results only.")
 
 
@@ -648,6 +672,7 @@ def create_app(
             expiration_date=body.expiration_date,
             memory_type=body.memory_type,
             prompt=body.prompt,
+            links=body.links,
         )
 
     @app.get(
@@ -718,6 +743,8 @@ def create_app(
             expand_links=body.expand_links,
             rerank=body.rerank,
             show_expired=body.show_expired,
+            as_of=body.as_of,
+            include_superseded=body.include_superseded,
         )
 
     # -- one memory --

@@ -135,6 +135,13 @@ def build_mcp(
         infer: Annotated[
             bool, Field(description="Let the configured LLM extract facts; else verbatim.")
         ] = True,
+        links: Annotated[
+            dict[str, Literal["related", "updates", "contradicts", "follows_up"]] | None,
+            Field(
+                description="With infer=false: link what is stored to these memory ids; "
+                "'updates' marks a memory the new one replaces."
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         msgs: Any = (
             messages
@@ -151,6 +158,7 @@ def build_mcp(
                 run_id=run_id,
                 metadata=metadata,
                 infer=infer,
+                links=links,
             ),
         )
 
@@ -172,6 +180,17 @@ def build_mcp(
         show_expired: Annotated[
             bool, Field(description="Include memories past their expiration date.")
         ] = False,
+        as_of: Annotated[
+            str | None,
+            Field(
+                description="Answer as of this date (YYYY-MM-DD) or ISO-8601 time: what "
+                "held then."
+            ),
+        ] = None,
+        include_superseded: Annotated[
+            bool,
+            Field(description="False drops memories that a newer one updates or contradicts."),
+        ] = True,
         user_id: ScopeArg = None,
         agent_id: ScopeArg = None,
         run_id: ScopeArg = None,
@@ -189,6 +208,8 @@ def build_mcp(
                 threshold=threshold,
                 expand_links=expand_links,
                 show_expired=show_expired,
+                as_of=as_of,
+                include_superseded=include_superseded,
             ),
         )
 

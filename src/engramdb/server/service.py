@@ -104,6 +104,7 @@ class MemoryService:
         expiration_date: object = None,
         memory_type: str | None = None,
         prompt: str | None = None,
+        links: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """``Memory.add`` within the caller's scope."""
         if isinstance(messages, list) and len(messages) > self.limits.max_messages:
@@ -123,6 +124,7 @@ class MemoryService:
             expiration_date=expiration_date,
             memory_type=memory_type,
             prompt=prompt,
+            links=dict(links) if links is not None else None,
         )
         return result
 
@@ -141,6 +143,8 @@ class MemoryService:
         expand_links: bool = False,
         show_expired: bool = False,
         rerank: bool | None = None,
+        as_of: str | None = None,
+        include_superseded: bool = True,
     ) -> dict[str, Any]:
         """``Memory.search`` within the caller's scope."""
         k = self._top_k(top_k, 20)
@@ -157,6 +161,8 @@ class MemoryService:
             expand_links=expand_links,
             show_expired=show_expired,
             rerank=rerank,
+            as_of=as_of,
+            include_superseded=include_superseded,
         )
         return result
 

@@ -520,12 +520,17 @@ class _UI:
     async def _search_data(self, ctx: _Ctx) -> dict[str, Any]:
         scope = self._scope(ctx.request)
         args = self._listing_args(ctx)
-        query = (ctx.request.query_params.get("q") or "").strip()
+        params = ctx.request.query_params
+        query = (params.get("q") or "").strip()
+        as_of = (params.get("as_of") or "").strip() or None
+        current_only = params.get("current") == "1"
         data: dict[str, Any] = {
             "scope": self._effective(ctx, scope),
             "args": args,
             "ops": _OPS,
             "q": query,
+            "as_of": as_of or "",
+            "current_only": current_only,
             "results": None,
             "error": None,
         }
@@ -542,6 +547,8 @@ class _UI:
                 filters=filters,
                 top_k=20,
                 explain=True,
+                as_of=as_of,
+                include_superseded=not current_only,
             )
         except EngramError as exc:
             status, body = describe_error(exc)
@@ -597,13 +604,21 @@ class _UI:
             versions=list(reversed(versions)),
             current_version=last.get("version"),
             timeline=timeline,
+            this_kinds=(found or {}).get("link_kinds", {}),
             sources=sources,
         )
 
     async def timeline_fragment(self, ctx: _Ctx, memory_id: str) -> Response:
         """A memory's timeline of linked memories."""
         timeline = await self.service.timeline(ctx.caller, memory_id)
-        return self._render(ctx, "_timeline.html", memory_id=memory_id, timeline=timeline)
+        this = next((t for t in timeline if t["id"] == memory_id), {})
+        return self._render(
+            ctx,
+            "_timeline.html",
+            memory_id=memory_id,
+            timeline=timeline,
+            this_kinds=this.get("link_kinds", {}),
+        )
 
     async def failures(self, ctx: _Ctx) -> Response:
         """Extraction failures of a scope, each with its error and a retry button."""
