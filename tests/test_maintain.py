@@ -597,3 +597,12 @@ def test_cli_json_human_and_errors(db_path: Path, embedder: LocalEmbedder) -> No
         assert failed.exit_code == 1, failed.output
         assert message in failed.stderr
         assert failed.stdout == ""
+
+
+def test_the_library_call_is_memory_maintain(mem: Memory) -> None:
+    old = add(mem, "the gate code changes on Monday", expiration_date=PAST)
+    dry = mem.maintain(user_id="alice", dry_run=True, duplicates=False)
+    assert [(e.id, e.status) for e in dry.expired] == [(old, "would_delete")]
+    assert [h["event"] for h in mem.history(old)] == ["ADD"]
+    done = mem.maintain(user_id="alice", duplicates=False)
+    assert [e.id for e in done.expired] == [old] and mem.get(old) is None

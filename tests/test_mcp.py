@@ -121,6 +121,33 @@ def test_stdio_tools_add_search_update_history_delete(tmp_path: Path) -> None:
                 == 2
             )
 
+            # A change of mind, linked: search answers for now, and for then.
+            cat = next(
+                r["id"] for r in listed.structured_content["results"] if "Miso" in r["memory"]
+            )
+            moved = await client.call_tool(
+                "add_memory",
+                {
+                    "messages": "Miso went to live with my sister",
+                    "infer": False,
+                    "links": {cat: "updates"},
+                },
+            )
+            assert not moved.is_error, _text(moved)
+            gone = moved.structured_content["results"][0]["id"]
+            now = await client.call_tool(
+                "search_memories", {"query": "my cat Miso", "include_superseded": False}
+            )
+            assert cat not in [r["id"] for r in now.structured_content["results"]]
+            assert gone in [r["id"] for r in now.structured_content["results"]]
+            then = await client.call_tool(
+                "search_memories", {"query": "my cat Miso", "as_of": "2001-01-01"}
+            )
+            assert then.structured_content["results"] == []  # nothing was said by then
+            anyway = await client.call_tool("search_memories", {"query": "my cat Miso"})
+            marked = {r["id"]: r["superseded_by"] for r in anyway.structured_content["results"]}
+            assert marked[cat] == [gone]
+
             deleted = await client.call_tool("delete_memory", {"memory_id": mid})
             assert deleted.structured_content["id"] == mid
             gone = await client.call_tool("get_memory", {"memory_id": mid})
@@ -155,7 +182,10 @@ def test_stdio_tools_add_search_update_history_delete(tmp_path: Path) -> None:
     _run(main)
     with Memory(tmp_path / "engram.db") as m:
         remaining = m.get_all(user_id="alice")["results"]
-        assert [r["memory"] for r in remaining] == ["My cat is called Miso"]
+        assert [r["memory"] for r in remaining] == [
+            "Miso went to live with my sister",
+            "My cat is called Miso",
+        ]
         assert m.get_all(user_id="bob")["results"] == []
 
 

@@ -160,6 +160,52 @@ def test_additive_extracts_valid_facts_and_links_to_real_ids(
         assert all(c.usage.completion_tokens > 0 for c in llm.completions)
 
 
+@pytest.mark.parametrize("prompt", ["compact", "standard"])
+def test_a_change_of_mind_is_linked_as_an_update_and_supersedes(
+    prompt: str, db: Path, real_llm: LlamaServer, embedder: LocalEmbedder
+) -> None:
+    mem, _llm = _memory(db, real_llm, embedder, prompt=prompt)
+    with mem:
+        mem.add(
+            [{"role": "user", "content": "I've been vegetarian for ten years.", "name": "Ines"}],
+            user_id="ines",
+            timestamp="2023-01-10T10:00:00Z",
+        )
+        [old] = [r["id"] for r in mem.get_all(user_id="ines")["results"]]
+        second = mem.add(
+            [
+                {
+                    "role": "user",
+                    "content": "Big news: I eat fish again since March!",
+                    "name": "Ines",
+                }
+            ],
+            user_id="ines",
+            timestamp="2024-05-02T10:00:00Z",
+        )
+        new = [r["id"] for r in second["results"] if r["event"] == "ADD"]
+        assert new, second
+        kinds = {}
+        for mid in new:
+            row = mem.get(mid)
+            assert row is not None
+            assert set(row["linked_memory_ids"]) <= {old}, row  # only what it was shown
+            kinds.update(row.get("link_kinds", {}))
+        # The model says the new fact replaces the old one; nothing is rewritten.
+        assert kinds.get(old) in ("updates", "contradicts"), kinds
+        got = mem.get(old)
+        assert got is not None and set(got["superseded_by"]) <= set(new) and got["superseded_by"]
+        assert [h["event"] for h in mem.history(old)] == ["ADD"]
+        top = mem.search("What does Ines eat?", user_id="ines")["results"]
+        assert top[0]["id"] in new and top[0]["superseded_by"] == []
+        assert old not in [
+            r["id"]
+            for r in mem.search("What does Ines eat?", user_id="ines", include_superseded=False)[
+                "results"
+            ]
+        ]
+
+
 def test_auto_prompt_for_a_local_server_is_compact(
     db: Path, real_llm: LlamaServer, embedder: LocalEmbedder
 ) -> None:

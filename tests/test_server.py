@@ -386,6 +386,51 @@ def test_bad_input_is_a_clear_4xx(stack: Stack) -> None:
 # -- the tenant attack suite --------------------------------------------------------------------
 
 
+def test_superseded_memories_over_rest(stack: Stack) -> None:
+    user, other = _new_user(), _new_user()
+    with stack.client(stack.user_key(other)) as o:
+        foreign = o.post("/memories", json={"messages": "I live in Oslo", "infer": False})
+        foreign_id = foreign.json()["results"][0]["id"]
+    with stack.client(stack.user_key(user)) as c:
+        old = c.post(
+            "/memories",
+            json={"messages": "I live in Lisbon", "infer": False, "timestamp": "2023-01-05"},
+        ).json()["results"][0]["id"]
+        made = c.post(
+            "/memories",
+            json={
+                "messages": "I moved to Porto",
+                "infer": False,
+                "timestamp": "2024-03-01",
+                "links": {old: "updates"},
+            },
+        )
+        assert made.status_code == 200, made.text
+        new = made.json()["results"][0]["id"]
+        found = c.post("/search", json={"query": "where do I live"}).json()["results"]
+        assert [r["id"] for r in found][:2] == [new, old]
+        assert found[1]["superseded_by"] == [new] and found[0]["superseded_by"] == []
+        now = c.post("/search", json={"query": "where do I live", "include_superseded": False})
+        assert [r["id"] for r in now.json()["results"]] == [new]
+        then = c.post("/search", json={"query": "where do I live", "as_of": "2023-06-01"})
+        assert [r["id"] for r in then.json()["results"]] == [old]
+        got = c.get(f"/memories/{old}").json()
+        assert got["superseded_by"] == [new] and got["link_kinds"] == {new: "updated_by"}
+        # Another tenant's id is refused like an unknown one, and a bad kind is a 422.
+        for bad in (foreign_id, "no-such-id"):
+            refused = c.post(
+                "/memories",
+                json={"messages": "x", "infer": False, "links": {bad: "updates"}},
+            )
+            _error(refused, 422, "validation_error")
+        _error(
+            c.post("/memories", json={"messages": "x", "infer": False, "links": {old: "erases"}}),
+            422,
+            "invalid_request",
+        )
+        _error(c.post("/search", json={"query": "x", "as_of": "soon"}), 422, "invalid_timestamp")
+
+
 def test_tenant_attack_suite_no_cross_tenant_reads_or_writes(stack: Stack) -> None:
     alice, bob = _new_user(), _new_user()
     alice_key, bob_key = stack.user_key(alice), stack.user_key(bob)

@@ -195,6 +195,37 @@ def _sign_in(client: TestClient, key: str) -> None:
     assert signed.status_code == 200, signed.text
 
 
+def test_superseded_memories_in_the_ui(open_app: tuple[TestClient, Memory]) -> None:
+    client, memory = open_app
+    old = memory.add(
+        "I drink green tea every morning", user_id="carol", infer=False, timestamp="2023-01-05"
+    )["results"][0]["id"]
+    new = memory.add(
+        "I switched from tea to espresso",
+        user_id="carol",
+        infer=False,
+        timestamp="2024-03-01",
+        links={old: "updates"},
+    )["results"][0]["id"]
+    found = client.get("/ui/search", params={"q": "morning drink tea", "user_id": "carol"}).text
+    assert found.index("espresso") < found.index("green tea")
+    assert "superseded by" in found and f"/ui/memory/{new}" in found
+    hidden = client.get(
+        "/ui/fragments/search",
+        params={"q": "morning drink tea", "user_id": "carol", "current": "1"},
+    ).text
+    assert "espresso" in hidden and "green tea" not in hidden
+    then = client.get(
+        "/ui/fragments/search",
+        params={"q": "morning drink tea", "user_id": "carol", "as_of": "2023-06-01"},
+    ).text
+    assert "green tea" in then and "espresso" not in then
+    page = client.get(f"/ui/memory/{old}").text
+    assert "Superseded:" in page and "updated by" in page
+    listing = client.get("/ui/memories", params={"user_id": "carol"}).text
+    assert 'class="tag superseded"' in listing
+
+
 def test_a_key_bound_to_one_user_never_sees_another(
     keyed: tuple[TestClient, Memory, KeyStore, ScriptedLLM],
 ) -> None:

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, Self
+from typing import IO, TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -50,6 +50,9 @@ from engramdb.rerank import Reranker
 from engramdb.search import document_text
 from engramdb.stores import Store, make_store, store_from_env
 from engramdb.stores.base import KEEP, AsyncStore, HistoryEvent, MemoryRow, Scope
+
+if TYPE_CHECKING:
+    from engramdb.maintain import MaintenanceReport
 
 __all__ = ["AsyncMemory", "EventCallback", "Memory"]
 
@@ -571,6 +574,18 @@ class Memory(_Base):
         """
         result: list[dict[str, Any]] = self._run(self._ops.timeline(memory_id))
         return result
+
+    def maintain(self, **options: Any) -> MaintenanceReport:
+        """Run the upkeep jobs: expire, near-duplicate clusters, merge proposals.
+
+        The options and the report are those of :func:`engramdb.maintain.maintain`
+        (``user_id``/``agent_id``/``run_id``, ``expire``, ``duplicates``, ``merge``,
+        ``dry_run``, ``cosine``, ``text_similarity``, ``progress``); see
+        docs/maintenance.md. Every change is its own history event, actor ``system``.
+        """
+        from engramdb.maintain import maintain
+
+        return maintain(self, **options)
 
     def source_messages(self, memory_id: str) -> list[dict[str, Any]]:
         """The raw conversation messages a memory was made from, oldest first.

@@ -36,13 +36,13 @@ from engramdb.cli import demo
 from engramdb.cli import serve
 from engramdb.cli import keys
 from engramdb.cli import bench
-from engramdb.cli import maintain as maintain  # (registers `engram maintain`)
+from engramdb.cli import maintain
 
 # isort: on
 
 __all__ = ["app", "main"]
 
-_COMMAND_MODULES = (memories, demo, serve, keys, bench)
+_COMMAND_MODULES = (memories, demo, serve, keys, bench, maintain)
 """The command modules, in registration order (imported for their commands)."""
 
 

@@ -43,8 +43,8 @@ RETRY_ECHO_CHARS = 4000
 
 _ADDITIVE_SHAPE = (
     '{"memory": [{"text": "<one self-contained fact>", "attributed_to": "user" or '
-    '"assistant", "linked_memory_ids": ["<id from known_memories>"], "link_kind": '
-    '"updates" | "contradicts" | "follows_up" | "related"}]}\n'
+    '"assistant", "link_kind": "updates" | "contradicts" | "follows_up" | "related", '
+    '"linked_memory_ids": ["<id from known_memories>"]}]}\n'
     'When nothing is worth remembering, reply {"memory": []}.'
 )
 _FACTS_SHAPE = (

@@ -27,13 +27,16 @@ ADDITIVE_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "text": {"type": "string", "description": "One self-contained fact."},
                     "attributed_to": {"type": "string", "enum": ["user", "assistant"]},
-                    "linked_memory_ids": {"type": "array", "items": _ID},
+                    # The kind before the ids: a grammar-constrained model writes the
+                    # fields in this order, and deciding "updates" first makes a small
+                    # model name the id it updates (measured on the local 1.5B model).
                     "link_kind": {
                         "type": "string",
                         "enum": ["updates", "contradicts", "follows_up", "related"],
                     },
+                    "linked_memory_ids": {"type": "array", "items": _ID},
                 },
-                "required": ["text", "attributed_to", "linked_memory_ids", "link_kind"],
+                "required": ["text", "attributed_to", "link_kind", "linked_memory_ids"],
             },
         }
     },
