@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +23,7 @@ from typer.testing import CliRunner
 from engramdb.bench import knowledge_update as ku
 from engramdb.cli import app
 from engramdb.embedders import LocalEmbedder
+from engramdb.llms import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "knowledge_updates.json"
@@ -381,3 +383,70 @@ def test_cli_face(tmp_path: Path) -> None:
     assert list(report["modes"]) == ["verbatim"]
     bad = runner.invoke(app, ["bench", "knowledge-update", "--data", str(data), "--mode", "x"])
     assert bad.exit_code == 2
+
+
+def _scripted_extractor(messages: list[dict[str, Any]]) -> str:
+    """What a good extractor replies for the tiny set: facts, and links to what they change."""
+    prompt = str(messages[-1]["content"])
+    new = prompt.split("<new_messages>", 1)[1]
+    shown = dict(
+        (text, small)
+        for small, text in re.findall(r"^\[(\d+)\] (.+?) \(\d{4}-\d\d-\d\d\)$", prompt, re.M)
+    )
+    items = []
+    if "beagle" in new:
+        items += [
+            {"text": "Tom adopted a beagle puppy.", "attributed_to": "user"},
+            {"text": "Maya lives in Lisbon.", "attributed_to": "user"},
+        ]
+    if "Porto" in new:
+        items += [
+            {
+                "text": "Maya moved to Porto in August 2023.",
+                "attributed_to": "user",
+                "link_kind": "updates",
+                "linked_memory_ids": [shown["Maya lives in Lisbon."]],
+            },
+            {
+                "text": "Tom has a parrot now.",
+                "attributed_to": "user",
+                "link_kind": "updates",
+                "linked_memory_ids": [shown["Tom adopted a beagle puppy."]],
+            },
+        ]
+    return json.dumps({"memory": items})
+
+
+def test_extracted_mode_with_a_scripted_extractor(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    data = tmp_path / "tiny.json"
+    data.write_text(json.dumps(_tiny()), "utf-8")
+    llm = ScriptedLLM([_scripted_extractor, _scripted_extractor])
+    report = ku.run(
+        data, modes=("extracted",), embedder=embedder, llm=llm, cache_dir=tmp_path / "cache"
+    )
+    figures = report["modes"]["extracted"]
+    assert figures["memories"] == 4 and figures["failed_adds"] == 0
+    overall = figures["overall"]
+    # Both changes were linked as updates: the newest value first, the old one below it.
+    assert overall["current_p@1"] == 1.0 and overall["stale@1"] == 0.0
+    assert overall["as_of_acc"] == 1.0 and overall["previous_r@5"] == 1.0
+    assert report["llm"]["calls"] == 2 and report["llm"]["cache_misses"] == 2
+    # A rerun is answered from the cache: the script is empty now.
+    again = ku.run(
+        data, modes=("extracted",), embedder=embedder, llm=llm, cache_dir=tmp_path / "cache"
+    )
+    assert again["llm"]["cache_hits"] == 2 and again["modes"]["extracted"]["overall"] == overall
+
+
+def test_stated_by_text(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(_tiny()), "utf-8")
+    conv = ku.load(path)[0]
+    assert ku.stated_by_text(conv, "Maya moved from Lisbon to Porto.") == ["s2t1"]
+    assert ku.stated_by_text(conv, "Maya lives in lisbon") == ["s1t3"]
+    assert ku.stated_by_text(conv, "Tom visited Porto.") == []  # not Tom's chain
+    assert ku.stated_by_text(conv, "Someone has a parrot.") == []  # nobody named
+    assert ku.stated_by_text(conv, "Tom has a parrot and Maya lives in Porto.") == [
+        "s2t1",
+        "s2t2",
+    ]

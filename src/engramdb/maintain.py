@@ -39,7 +39,6 @@ import numpy as np
 from engramdb._time import utc_now
 from engramdb.errors import (
     ConfigError,
-    EmbedderMismatchError,
     EngramError,
     LLMError,
     MemoryNotFoundError,
@@ -334,14 +333,10 @@ def _check_memory(memory: object) -> None:
 
 
 def _check_embedder(memory: Memory) -> None:
-    bound = memory.store.bound_embedder()
-    mine = (memory.embedder.model, memory.embedder.dim)
-    if bound is not None and tuple(bound) != mine:
-        raise EmbedderMismatchError(
-            f"the store's vectors were made by {bound[0]!r} (dim {bound[1]}), but this "
-            f"memory's embedder is {mine[0]!r} (dim {mine[1]}): duplicates would be judged "
-            "by another model; open the store with the embedder it was made with"
-        )
+    memory.check_embedder(
+        "duplicates would be judged by another model; open the store with the embedder "
+        "it was made with"
+    )
 
 
 def _check_threshold(name: str, value: object) -> None:

@@ -43,7 +43,13 @@ from engramdb.core.validate import (
 )
 from engramdb.embedders import Embedder, make_embedder
 from engramdb.embedders.base import QueryCache
-from engramdb.errors import ConfigError, ImportFormatError, ScopeError, ValidationError
+from engramdb.errors import (
+    ConfigError,
+    EmbedderMismatchError,
+    ImportFormatError,
+    ScopeError,
+    ValidationError,
+)
 from engramdb.llms import LLM, llm_from_env, make_llm
 from engramdb.nlp import index_terms
 from engramdb.rerank import Reranker
@@ -574,6 +580,20 @@ class Memory(_Base):
         """
         result: list[dict[str, Any]] = self._run(self._ops.timeline(memory_id))
         return result
+
+    def check_embedder(self, purpose: str) -> None:
+        """Refuse work that needs the store's vectors when this memory's embedder made none.
+
+        Raises :class:`EmbedderMismatchError` (naming ``purpose``) when the store is
+        bound to another model or dimension; a store with no vectors yet passes.
+        """
+        bound = self.store.bound_embedder()
+        mine = (self.embedder.model, self.embedder.dim)
+        if bound is not None and tuple(bound) != mine:
+            raise EmbedderMismatchError(
+                f"the store's vectors were made by {bound[0]!r} (dim {bound[1]}), not by "
+                f"this memory's embedder {mine[0]!r} (dim {mine[1]}): {purpose}"
+            )
 
     def maintain(self, **options: Any) -> MaintenanceReport:
         """Run the upkeep jobs: expire, near-duplicate clusters, merge proposals.

@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 import tempfile
 import time
@@ -61,11 +62,16 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from engramdb import __version__
+from engramdb.bench._llm import CachedLLM, build_llm, load_config_file
 from engramdb.bench.locomo_retrieval import _latency, _QueryVectors
+from engramdb.config import parse_config
 from engramdb.embedders import Embedder, make_embedder
+from engramdb.errors import ExtractionError
+from engramdb.llms import LLM
 from engramdb.memory import Memory
 
 __all__ = [
+    "ALL_MODES",
     "DEFAULT_DATA",
     "MODES",
     "Chain",
@@ -81,11 +87,16 @@ __all__ = [
     "main",
     "run",
     "score_question",
+    "stated_by_text",
     "summarise",
 ]
 
-Mode = Literal["verbatim", "facts", "linked"]
+Mode = Literal["verbatim", "facts", "linked", "extracted"]
 MODES: Final[tuple[Mode, ...]] = ("verbatim", "facts", "linked")
+"""The modes that need no LLM (``all``); ``extracted`` runs a configured LLM."""
+ALL_MODES: Final[tuple[Mode, ...]] = (*MODES, "extracted")
+TURNS_PER_ADD: Final = 10
+"""``extracted``: turns of a session per ``add`` (a session is 12-30 turns)."""
 TOP_K: Final = 20
 METRICS: Final = (
     "current_p@1",
@@ -275,10 +286,61 @@ def _ingest_linked(memory: Memory, conv: Conversation) -> dict[str, list[str]]:
     return sources
 
 
+def _ingest_extracted(memory: Memory, conv: Conversation) -> dict[str, list[str]]:
+    """``extracted`` mode: the configured LLM extracts from every session's turns."""
+    failures = 0
+    for session in conv.sessions:
+        turns = list(session.turns)
+        for start in range(0, len(turns), TURNS_PER_ADD):
+            part = turns[start : start + TURNS_PER_ADD]
+            try:
+                memory.add(
+                    [{"role": "user", "content": t.text, "name": t.speaker} for t in part],
+                    user_id=conv.id,
+                    run_id=session.id,
+                    metadata={"session": session.id},
+                    timestamp=session.date,
+                )
+            except ExtractionError:
+                failures += 1  # kept as a failure record; the benchmark goes on
+    return {}
+
+
+_ARTICLE = re.compile(r"^(?:a|an|the)\s+", re.IGNORECASE)
+
+
+def _mentions(text: str, value: str) -> bool:
+    bare = _ARTICLE.sub("", value.strip())
+    return re.search(rf"(?<!\w){re.escape(bare)}(?!\w)", text, re.IGNORECASE) is not None
+
+
+def stated_by_text(conv: Conversation, text: str) -> list[str]:
+    """The turns a memory's *text* stands for, when no source turn is known (extracted).
+
+    For every chain whose person the text names, the latest value of the chain
+    the text mentions counts as stated (a transition, "moved from Lisbon to
+    Porto", states the new value); the memory stands for that value's stating
+    turns. Ground-truth bookkeeping, outside the system.
+    """
+    out: list[str] = []
+    for chain in conv.chains:
+        if not re.search(rf"(?<!\w){re.escape(chain.subject)}(?!\w)", text):
+            continue
+        named = [v for v in chain.values if _mentions(text, v.value)]
+        if named:
+            out.extend(named[-1].turns)
+    return out
+
+
 def ingest(memory: Memory, conv: Conversation, mode: Mode) -> dict[str, list[str]]:
-    """Store one conversation; returns each memory id's source turn ids (ground truth)."""
+    """Store one conversation; returns each memory id's source turn ids (ground truth).
+
+    ``extracted`` returns ``{}``: its memories are scored by :func:`stated_by_text`.
+    """
     if mode == "linked":
         return _ingest_linked(memory, conv)
+    if mode == "extracted":
+        return _ingest_extracted(memory, conv)
     sources: dict[str, list[str]] = {}
     for session in conv.sessions:
         if mode == "verbatim":
@@ -286,7 +348,7 @@ def ingest(memory: Memory, conv: Conversation, mode: Mode) -> dict[str, list[str
         elif mode == "facts":
             items = [(f.turn, f.about, f.text) for f in session.facts]
         else:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+            raise ValueError(f"mode must be one of {ALL_MODES}, got {mode!r}")
         if not items:
             continue
         out = memory.add(
@@ -371,11 +433,20 @@ def _run_mode(
     say: Callable[[str], None],
     retrieval: dict[str, Any] | None = None,
     use_as_of: bool = True,
+    config: dict[str, Any] | None = None,
+    llm: LLM | None = None,
 ) -> dict[str, Any]:
-    config = {"retrieval": retrieval} if retrieval else None
+    settings = dict(config or {})
+    if retrieval:
+        settings["retrieval"] = {**settings.get("retrieval", {}), **retrieval}
     with (
         tempfile.TemporaryDirectory(prefix="engram-ku-") as tmp,
-        Memory(Path(tmp) / "ku.db", config, embedder=wrapped) as memory,
+        Memory(
+            Path(tmp) / "ku.db",
+            settings or None,
+            embedder=wrapped,
+            llm=llm if mode == "extracted" else None,
+        ) as memory,
     ):
         started = time.perf_counter()
         sources: dict[str, dict[str, list[str]]] = {}
@@ -384,6 +455,9 @@ def _run_mode(
             sources[conv.id] = ingest(memory, conv, mode)
         ingest_s = time.perf_counter() - started
         memories = memory.store.count()
+        failed = (
+            sum(len(memory.failures(user_id=c.id)) for c in convs) if mode == "extracted" else 0
+        )
         rows: list[tuple[str, dict[str, float]]] = []
         search_times: list[float] = []
         per_question: list[dict[str, Any]] = []
@@ -400,7 +474,12 @@ def _run_mode(
                         as_of=q.date if q.type == "as_of" and use_as_of else None,
                     )["results"]
                     search_times.append(time.perf_counter() - t0)
-                    ranked = [ids.get(r["id"], []) for r in found]
+                    ranked = [
+                        stated_by_text(conv, r["memory"])
+                        if mode == "extracted"
+                        else ids.get(r["id"], [])
+                        for r in found
+                    ]
                     figures = score_question(chain, q, ranked)
                     rows.append((chain.kind, figures))
                     if details:
@@ -420,6 +499,7 @@ def _run_mode(
     result: dict[str, Any] = {
         "memories": memories,
         "ingest_seconds": round(ingest_s, 2),
+        **({"failed_adds": failed} if mode == "extracted" else {}),
         "overall": summarise([r for _, r in rows]),
         "by_kind": {k: summarise([r for kind, r in rows if kind == k]) for k in kinds},
         "latency": {"search": _latency(search_times)},
@@ -440,6 +520,10 @@ def run(
     progress: Callable[[str], None] | None = None,
     retrieval: dict[str, Any] | None = None,
     use_as_of: bool = True,
+    config: dict[str, Any] | None = None,
+    llm: LLM | None = None,
+    conversations: int | None = None,
+    cache_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark in each of ``modes``; returns the report (and writes ``out``).
 
@@ -447,19 +531,31 @@ def run(
     replaces the local model (tests); ``details`` adds every question's top 5;
     ``retrieval`` overrides retrieval settings (``{"recency_weight": 0.3}``);
     ``use_as_of=False`` asks the as-of questions without ``search(as_of=...)``.
+    ``extracted`` mode extracts with ``llm``, else the LLM of ``config`` (a
+    mem0-shaped dict, also used for the extraction settings) or of
+    ``$ENGRAM_LLM``; replies are cached under ``cache_dir`` (reruns are free).
+    ``conversations`` keeps the first N conversations (a real local model
+    takes minutes per conversation).
     """
     say = progress or (lambda _msg: None)
     for mode in modes:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode not in ALL_MODES:
+            raise ValueError(f"mode must be one of {ALL_MODES}, got {mode!r}")
+    if conversations is not None and conversations < 1:
+        raise ValueError("conversations must be at least 1")
     if top_k < 5:
         raise ValueError("top_k must be at least 5 (previous_r@5 reads the first five)")
     path = Path(data) if data is not None else DEFAULT_DATA
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such data file (pass --data FILE)")
     raw = path.read_bytes()
-    convs = load(path)
+    convs = load(path)[:conversations]
     base = embedder or make_embedder("local", {})
+    cached: CachedLLM | None = None
+    if "extracted" in modes:
+        inner = llm or build_llm(parse_config(config, None), "--mode extracted needs an LLM")
+        cache_root = Path(cache_dir).expanduser() if cache_dir else Path(tempfile.mkdtemp())
+        cached = CachedLLM(inner, cache_root)
     wrapped = _QueryVectors(base)
     questions = [q for conv in convs for c in conv.chains for q in c.questions]
     say(f"embedding {len(questions)} questions")
@@ -486,10 +582,14 @@ def run(
         "retrieval": retrieval or {},
         "as_of_parameter": use_as_of,
         "modes": {
-            m: _run_mode(m, convs, wrapped, top_k, details, say, retrieval, use_as_of)
+            m: _run_mode(
+                m, convs, wrapped, top_k, details, say, retrieval, use_as_of, config, cached
+            )
             for m in modes
         },
     }
+    if cached is not None:
+        report["llm"] = {"model": cached.model, **cached.stats()}
     if out is not None:
         Path(out).write_text(json.dumps(report, indent=2), "utf-8")
     return report
@@ -536,7 +636,10 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m engramdb.bench.knowledge_update", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--data", type=Path, help=f"data file (default: {DEFAULT_DATA})")
-    parser.add_argument("--mode", choices=(*MODES, "all"), default="all")
+    parser.add_argument("--mode", choices=(*ALL_MODES, "all"), default="all")
+    parser.add_argument("--config", type=Path, help="mem0-shaped JSON config (extracted mode)")
+    parser.add_argument("--conversations", type=int, help="only the first N conversations")
+    parser.add_argument("--cache", type=Path, help="cache of LLM replies (extracted mode)")
     parser.add_argument("--top-k", type=int, default=TOP_K)
     parser.add_argument("--out", type=Path, help="write the report as JSON here")
     parser.add_argument("--details", action="store_true", help="per-question top 5 in the JSON")
@@ -557,6 +660,9 @@ def main(argv: list[str] | None = None) -> int:
         progress=lambda msg: print(msg, file=sys.stderr, flush=True),
         retrieval=args.retrieval,
         use_as_of=not args.no_as_of,
+        config=load_config_file(args.config),
+        conversations=args.conversations,
+        cache_dir=args.cache,
     )
     print(format_report(report))
     return 0

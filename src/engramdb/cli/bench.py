@@ -597,6 +597,7 @@ def bench_ui(
 
 @bench_app.command("knowledge-update")
 def bench_knowledge_update(
+    ctx: typer.Context,
     data: Annotated[
         Path | None,
         typer.Option(
@@ -619,7 +620,9 @@ def bench_knowledge_update(
             help=(
                 "What is stored: 'verbatim' (every turn, infer=False), 'facts' (the gold fact "
                 "sentence of every stating turn, no links), 'linked' (the same facts, each "
-                "linked with 'updates' to the value it replaces: a perfect extractor) or 'all'."
+                "linked with 'updates' to the value it replaces: a perfect extractor), "
+                "'extracted' (add(infer=True) of every session with the configured LLM) or "
+                "'all' (the three that need no LLM)."
             ),
         ),
     ] = "all",
@@ -639,16 +642,28 @@ def bench_knowledge_update(
     no_as_of: Annotated[
         bool, typer.Option("--no-as-of", help="Ask as-of questions without search(as_of=).")
     ] = False,
+    config: LlmConfigFile = None,
+    conversations: Annotated[
+        int | None,
+        typer.Option(metavar="N", min=1, help="Only the first N conversations."),
+    ] = None,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR", help="Keep LLM replies here, so reruns repay nothing.", file_okay=False
+        ),
+    ] = None,
     json_out: JsonOut = False,
 ) -> None:
     """What holds now, what held then: current-fact P@1, as-of, previous-value R@5 per kind."""
     from engramdb.bench import knowledge_update as bench
 
-    if mode not in (*bench.MODES, "all"):
+    if mode not in (*bench.ALL_MODES, "all"):
         raise typer.BadParameter(
-            "must be 'verbatim', 'facts', 'linked' or 'all'", param_hint="--mode"
+            "must be 'verbatim', 'facts', 'linked', 'extracted' or 'all'", param_hint="--mode"
         )
     modes = bench.MODES if mode == "all" else (mode,)
+    cfg = _load_config(config or ctx.find_root().obj.config_file) if mode == "extracted" else None
     with _expected_errors():
         try:
             report = bench.run(
@@ -660,6 +675,9 @@ def bench_knowledge_update(
                 progress=_note,
                 retrieval={"recency_weight": recency_weight} if recency_weight else None,
                 use_as_of=not no_as_of,
+                config=cfg,
+                conversations=conversations,
+                cache_dir=cache,
             )
         except (FileNotFoundError, ValueError, KeyError) as exc:
             _fail(str(exc))

@@ -57,7 +57,7 @@ import numpy as np
 from engramdb._ops import _expiry
 from engramdb.core.text import content_hash
 from engramdb.core.validate import check_metadata, check_scope, check_text, parse_timestamp
-from engramdb.errors import EmbedderMismatchError, ImportFormatError, ValidationError
+from engramdb.errors import ImportFormatError, ValidationError
 from engramdb.memory import EXPORT_FORMAT, Memory
 from engramdb.search import document_text
 from engramdb.stores.base import visible_scope
@@ -780,13 +780,7 @@ def _jsonl(records: Iterable[dict[str, Any]], embedder: str | None, dim: int) ->
 
 def _check_target(memory: Memory, planned: list[_Planned]) -> None:
     """Refuse early what the write would refuse, before any embedding is spent."""
-    bound = memory.store.bound_embedder()
-    mine = (memory.embedder.model, memory.embedder.dim)
-    if bound is not None and tuple(bound) != mine:
-        raise EmbedderMismatchError(
-            f"the engramdb store was written with embedder {bound[0]} ({bound[1]} dimensions), "
-            f"not {mine[0]} ({mine[1]}): import into a store of this embedder, or a new one"
-        )
+    memory.check_embedder("import into a store of this embedder, or a new one")
     # One lookup per id; the import checks again inside its transaction.
     clash = [
         r.record["id"]
