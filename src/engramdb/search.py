@@ -441,15 +441,11 @@ def rank_superseded(
     superseded = {h.row.id for h in order if superseders.get(h.row.id)}
     if not include_superseded:
         order = [h for h in order if h.row.id not in superseded]
-    order.sort(
-        key=lambda h: (-h.score, h.row.id in superseded, _newest_first(when(h.row)), h.row.id)
-    )
+    # Stable sorts, last key first: score, then superseded after, then newest first.
+    order.sort(key=lambda h: h.row.id)
+    order.sort(key=lambda h: when(h.row), reverse=True)
+    order.sort(key=lambda h: (-h.score, h.row.id in superseded))
     return order
-
-
-def _newest_first(stamp: str) -> tuple[int, ...]:
-    """A sort key that orders ISO timestamps newest first."""
-    return tuple(-ord(c) for c in stamp)
 
 
 def recency_factor(row: MemoryRow, config: FusionConfig, now: str) -> float:
