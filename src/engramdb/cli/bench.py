@@ -687,3 +687,76 @@ def bench_knowledge_update(
     _say(bench.format_report(report))
     if out is not None:
         _note(f"wrote {out}")
+
+
+@bench_app.command("compare")
+def bench_compare(
+    data: LocomoFile = None,
+    peer_python: Annotated[
+        Path | None,
+        typer.Option(
+            "--peer-python",
+            metavar="PATH",
+            help=(
+                "The python of a virtual environment with mem0ai (scripts/mem0-bench-venv "
+                "makes one); without it engramdb runs alone."
+            ),
+            dir_okay=False,
+        ),
+    ] = None,
+    messages: Annotated[
+        int, typer.Option(metavar="N", min=2, help="LoCoMo turns added one by one (infer=False).")
+    ] = 2000,
+    questions: Annotated[
+        int, typer.Option(metavar="M", min=2, help="LoCoMo questions searched after the adds.")
+    ] = 200,
+    rounds: Annotated[
+        int,
+        typer.Option(metavar="R", min=1, help="Rounds, each one engramdb run then one peer run."),
+    ] = 3,
+    top_k: Annotated[int, typer.Option(metavar="K", min=1, help="Results per search.")] = 10,
+    threads: Annotated[
+        int,
+        typer.Option(
+            metavar="N", min=1, help="Embedding threads for both sides (torch, faiss, OpenMP)."
+        ),
+    ] = 1,
+    timeout: Annotated[
+        float, typer.Option(metavar="SECONDS", min=1, help="Limit on each worker run.")
+    ] = 3600.0,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", metavar="FILE", help="Also write the report to this JSON file.", dir_okay=False
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON instead of a table.")
+    ] = False,
+) -> None:
+    """Side by side with mem0 on the same LoCoMo turns: add ms, search p50/p95, RSS, ratios."""
+    from engramdb.bench import compare as bench
+
+    data = _locomo(data)
+    with _expected_errors():
+        try:
+            report = bench.run(
+                data,
+                messages=messages,
+                questions=questions,
+                rounds=rounds,
+                top_k=top_k,
+                threads=threads,
+                peer_python=peer_python,
+                timeout=timeout,
+                out=out,
+                echo=_note,
+            )
+        except (bench.CompareError, ValueError, KeyError) as exc:
+            _fail(str(exc))
+    if json_out:
+        _print_json(report)
+        return
+    _say(bench.format_report(report))
+    if out is not None:
+        _note(f"wrote {out}")

@@ -183,8 +183,7 @@ def build_mcp(
         as_of: Annotated[
             str | None,
             Field(
-                description="Answer as of this date (YYYY-MM-DD) or ISO-8601 time: what "
-                "held then."
+                description="Answer as of this date (YYYY-MM-DD) or ISO-8601 time: what held then."
             ),
         ] = None,
         include_superseded: Annotated[
