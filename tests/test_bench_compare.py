@@ -9,7 +9,6 @@ virtual environment (``scripts/mem0-bench-venv``): torch is too heavy for CI.
 from __future__ import annotations
 
 import ast
-import inspect
 import json
 import os
 import statistics
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from engramdb.bench import _peer_engram, _peer_mem0, compare
+from engramdb.bench import _peer_engram, _peer_measure, _peer_mem0, compare
 from engramdb.cli import app
 
 _ROUNDS = 2
@@ -265,15 +264,19 @@ def test_a_hanging_or_silent_peer(tmp_path: Path) -> None:
 
 
 def test_workers_measure_the_same_way() -> None:
-    for name in ("_rss_mb", "_summary", "_timed", "_run"):
-        mine = inspect.getsource(getattr(_peer_engram, name))
-        theirs = inspect.getsource(getattr(_peer_mem0, name))
-        assert mine == theirs, f"{name} differs between the two workers"
-    assert _peer_mem0._summary([1.0, 2.0, 3.0, 4.0, 100.0]) == {
+    # One measuring module, loaded by path by both workers (neither imports the package).
+    for worker in (_peer_engram, _peer_mem0):
+        assert Path(worker.MEASURE.__file__).resolve() == Path(_peer_measure.__file__).resolve()
+        source = Path(worker.__file__).read_text()
+        assert "def run_workload" not in source and "def summary" not in source
+    assert _peer_measure.summary([1.0, 2.0, 3.0, 4.0, 100.0]) == {
         "mean": 22.0,
         "p50": 3.0,
         "p95": 80.8,
     }
+    tree = ast.parse(Path(_peer_measure.__file__).read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert imported <= {"resource", "statistics", "sys", "time"}
 
 
 def test_the_mem0_worker_imports_nothing_from_engramdb() -> None:
