@@ -80,7 +80,8 @@ def main(argv: list[str]) -> int:
             memory.close()
         import importlib.metadata as md
 
-        report.update(
+        finished = MEASURE.finish(
+            report,
             side=SIDE,
             library={
                 "name": "engramdb",
@@ -93,14 +94,10 @@ def main(argv: list[str]) -> int:
                 "query_cache": 0,
             },
             python=platform.python_version(),
-            import_ms=round((t1 - t0) / 1e6, 1),
-            construct_ms=round((t2 - t1) / 1e6, 1),
-            startup_ms=round((t2 - t0) / 1e6, 1),
+            clock_ns=(t0, t1, t2),
             rss_ready_mb=rss_ready,
         )
-        report["ready_ms"] = round(report["startup_ms"] + report["first_add_ms"], 1)
-        report["peak_rss_mb"] = MEASURE.rss_mb()
-        Path(argv[2]).write_text(json.dumps(report, indent=2), encoding="utf-8")
+        Path(argv[2]).write_text(json.dumps(finished, indent=2), encoding="utf-8")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

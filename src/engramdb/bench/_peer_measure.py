@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["rss_mb", "run_workload", "summary", "timed"]
+__all__ = ["finish", "rss_mb", "run_workload", "summary", "timed"]
 
 
 def rss_mb() -> float:
@@ -95,3 +95,30 @@ def run_workload(memory: Any, workload: dict[str, Any], top_k: int) -> dict[str,
         "hits_per_search": round(hits / len(search_ms), 2) if search_ms else None,
         "rss_after_adds_mb": rss_added,
     }
+
+
+def finish(
+    report: dict[str, Any],
+    *,
+    clock_ns: tuple[int, int, int],
+    rss_ready_mb: float,
+    **about: Any,
+) -> dict[str, Any]:
+    """Complete a worker's report with its start-up and memory figures; returns it.
+
+    ``clock_ns`` is ``perf_counter_ns`` before the library's import, after it,
+    and after the memory was constructed; ``about`` adds ``side``, ``library``,
+    ``settings`` and ``python``. Start-up is import + construction; ``ready_ms``
+    adds the first add (engramdb loads its model there, mem0 at construction).
+    """
+    t0, t1, t2 = clock_ns
+    report.update(
+        about,
+        import_ms=round((t1 - t0) / 1e6, 1),
+        construct_ms=round((t2 - t1) / 1e6, 1),
+        startup_ms=round((t2 - t0) / 1e6, 1),
+        rss_ready_mb=rss_ready_mb,
+    )
+    report["ready_ms"] = round(report["startup_ms"] + report["first_add_ms"], 1)
+    report["peak_rss_mb"] = rss_mb()
+    return report

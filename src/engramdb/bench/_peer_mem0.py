@@ -141,7 +141,8 @@ def main(argv: list[str]) -> int:
             nlp = "installed"
         except ImportError:
             nlp = "absent: no BM25 lemmatisation and no entity boosts (mem0ai[nlp] not installed)"
-        report.update(
+        finished = MEASURE.finish(
+            report,
             side=SIDE,
             library={"name": "mem0ai", "versions": versions},
             settings={
@@ -151,14 +152,10 @@ def main(argv: list[str]) -> int:
                 "spacy": nlp,
             },
             python=platform.python_version(),
-            import_ms=round((t1 - t0) / 1e6, 1),
-            construct_ms=round((t2 - t1) / 1e6, 1),
-            startup_ms=round((t2 - t0) / 1e6, 1),
+            clock_ns=(t0, t1, t2),
             rss_ready_mb=rss_ready,
         )
-        report["ready_ms"] = round(report["startup_ms"] + report["first_add_ms"], 1)
-        report["peak_rss_mb"] = MEASURE.rss_mb()
-        Path(argv[2]).write_text(json.dumps(report, indent=2), encoding="utf-8")
+        Path(argv[2]).write_text(json.dumps(finished, indent=2), encoding="utf-8")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
