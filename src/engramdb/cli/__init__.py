@@ -18,7 +18,9 @@ Layout, by command group, as the Python API is grouped:
 - :mod:`~engramdb.cli.demo`: ``engram demo``;
 - :mod:`~engramdb.cli.serve`: ``engram serve`` and ``engram mcp``;
 - :mod:`~engramdb.cli.keys`: ``engram keys …``;
-- :mod:`~engramdb.cli.bench`: ``engram bench …``.
+- :mod:`~engramdb.cli.bench`: ``engram bench …``;
+- :mod:`~engramdb.cli.maintain`: ``engram maintain``;
+- :mod:`~engramdb.cli.reembed`: ``engram reembed``.
 
 The modules register their commands when imported, in the order
 ``engram --help`` lists them.
@@ -37,12 +39,13 @@ from engramdb.cli import serve
 from engramdb.cli import keys
 from engramdb.cli import bench
 from engramdb.cli import maintain
+from engramdb.cli import reembed
 
 # isort: on
 
 __all__ = ["app", "main"]
 
-_COMMAND_MODULES = (memories, demo, serve, keys, bench, maintain)
+_COMMAND_MODULES = (memories, demo, serve, keys, bench, maintain, reembed)
 """The command modules, in registration order (imported for their commands)."""
 
 

@@ -132,7 +132,9 @@ def maintain_cmd(
 
 
 @contextmanager
-def _progress(quiet: bool) -> Iterator[ProgressCallback | None]:
+def _progress(
+    quiet: bool, labels: dict[str, str] = _PHASE_LABELS
+) -> Iterator[ProgressCallback | None]:
     """A progress bar per phase on stderr (a terminal only; never with --json)."""
     console = _stderr()
     if quiet or not console.is_terminal:
@@ -150,7 +152,7 @@ def _progress(quiet: bool) -> Iterator[ProgressCallback | None]:
 
         def update(phase: str, done: int, total: int | None) -> None:
             if phase not in tasks:
-                tasks[phase] = bar.add_task(_PHASE_LABELS.get(phase, phase), total=total)
+                tasks[phase] = bar.add_task(labels.get(phase, phase), total=total)
             bar.update(tasks[phase], completed=done, total=total)
 
         yield update

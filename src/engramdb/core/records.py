@@ -21,6 +21,7 @@ __all__ = [
     "SUPERSEDING_KINDS",
     "AddOutcome",
     "Candidate",
+    "EmbeddingSource",
     "EntityRef",
     "HistoryEvent",
     "Keep",
@@ -28,6 +29,7 @@ __all__ = [
     "MemoryRow",
     "NewMemory",
     "NewMessage",
+    "Rebinding",
     "RestorePlan",
     "Scope",
     "ScopeCounts",
@@ -333,3 +335,34 @@ class RestorePlan:
     """The version whose content comes back; ``None`` for a plain undelete."""
     expires_at: str | None = None
     """The expiry that comes back with it."""
+
+
+@dataclass(frozen=True)
+class EmbeddingSource:
+    """What one stored memory's vector is made from, for ``Store.embedding_sources``.
+
+    ``key`` is the store's internal row key (not the public id): the order of
+    a full scan and the key of ``Store.rebind_embedder``'s vectors.
+    """
+
+    key: int
+    text: str
+    actor_id: str | None
+    """The speaker, embedded before the text when ``retrieval.embed_actor`` is on."""
+
+
+@dataclass
+class Rebinding:
+    """What :meth:`Store.rebind_embedder` did.
+
+    ``done``: every vector was replaced and the store bound to the new
+    embedder, in one transaction (``written`` vectors). Otherwise nothing
+    was written: ``stale`` lists the memories written since the caller's mark
+    (or that it has no vector for), and ``mark`` is the mark to pass with
+    their new vectors in the next attempt.
+    """
+
+    done: bool
+    written: int = 0
+    stale: list[EmbeddingSource] = field(default_factory=list)
+    mark: str = ""

@@ -10,7 +10,7 @@ Every method that writes is one transaction: all of it lands or none of it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -20,12 +20,14 @@ from engramdb.core.records import (
     KEEP,
     AddOutcome,
     Candidate,
+    EmbeddingSource,
     EntityRef,
     HistoryEvent,
     Keep,
     MemoryRow,
     NewMemory,
     NewMessage,
+    Rebinding,
     RestorePlan,
     Scope,
     ScopeCounts,
@@ -40,12 +42,14 @@ __all__ = [
     "AddOutcome",
     "AsyncStore",
     "Candidate",
+    "EmbeddingSource",
     "EntityRef",
     "HistoryEvent",
     "Keep",
     "MemoryRow",
     "NewMemory",
     "NewMessage",
+    "Rebinding",
     "RestorePlan",
     "Scope",
     "ScopeCounts",
@@ -63,6 +67,46 @@ class Store(Protocol):
 
     def bound_embedder(self) -> tuple[str, int] | None:
         """The ``(model, dim)`` recorded in the store, if any."""
+        ...
+
+    def change_mark(self) -> str:
+        """An opaque mark of the writes committed so far, for :meth:`rebind_embedder`.
+
+        Any memory written after the mark (added, changed, deleted, restored,
+        attached to a session) is *stale* for a rebinding given this mark.
+        """
+        ...
+
+    def embedding_sources(self, after: int, limit: int) -> list[EmbeddingSource]:
+        """Up to ``limit`` memories with ``key > after``, in key order: what each vector is of.
+
+        Every memory of the store: deleted ones too (an undelete keeps the
+        vector), of every user, agent and run. A re-embedding pages through
+        the store with the last key of each page; each page is its own read.
+        """
+        ...
+
+    def rebind_embedder(
+        self,
+        old: tuple[str, int],
+        new: tuple[str, int],
+        vectors: Mapping[int, np.ndarray[Any, np.dtype[np.float32]]],
+        since: str,
+    ) -> Rebinding:
+        """Replace every vector by ``vectors`` and bind ``new``, in one transaction.
+
+        ``vectors`` maps each memory's key (:class:`EmbeddingSource`) to its
+        vector by the ``new`` embedder. Under the store's write lock, which no
+        vector write of any process can pass, the store must still be bound
+        to ``old`` (:class:`EmbedderMismatchError` otherwise). If a memory was
+        written since ``since`` (a :meth:`change_mark`) or has no vector in
+        ``vectors``, nothing is written: the result lists those memories
+        (``stale``) with a new mark, to embed them and call again. Otherwise
+        every vector is replaced and the binding becomes ``new``; whatever is
+        derived from the vectors (caches, indexes, the column's dimension) is
+        dropped or rebuilt in the same transaction, and this store object is
+        bound to ``new``.
+        """
         ...
 
     def add(
@@ -297,6 +341,24 @@ class AsyncStore(Protocol):
 
     async def bound_embedder(self) -> tuple[str, int] | None:
         """See :meth:`Store.bound_embedder`."""
+        ...
+
+    async def change_mark(self) -> str:
+        """See :meth:`Store.change_mark`."""
+        ...
+
+    async def embedding_sources(self, after: int, limit: int) -> list[EmbeddingSource]:
+        """See :meth:`Store.embedding_sources`."""
+        ...
+
+    async def rebind_embedder(
+        self,
+        old: tuple[str, int],
+        new: tuple[str, int],
+        vectors: Mapping[int, np.ndarray[Any, np.dtype[np.float32]]],
+        since: str,
+    ) -> Rebinding:
+        """See :meth:`Store.rebind_embedder`."""
         ...
 
     async def add(

@@ -16,6 +16,8 @@ it to these modules:
   facts the backend reads, applied by the backend in one transaction);
 - :mod:`.history`: the history events of every change and the plan of a
   restore;
+- :mod:`.rebind`: what a move to another embedder finds stale, how it checks
+  the new vectors and how it refuses;
 - :mod:`.rows`: stored columns to :class:`~engramdb.core.records.MemoryRow`
   and :class:`~engramdb.core.records.HistoryEvent`, over each backend's value
   converters;

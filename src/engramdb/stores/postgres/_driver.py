@@ -22,6 +22,7 @@ import psycopg.errors as pg_errors
 
 from engramdb._engine import run_async, run_sync
 from engramdb.errors import EmbedderMismatchError, StoreError, ValidationError
+from engramdb.stores.kernel.rebind import REEMBED_HINT
 from engramdb.stores.postgres._sql import _Q, REBIND, WRITE_RETRIES, Tx
 
 __all__ = [
@@ -101,7 +102,8 @@ def translate(exc: Exception) -> Exception:
     if _is_rebind(exc):
         return EmbedderMismatchError(
             "the store is now bound to another embedder than this process's (another "
-            "process reset it and bound another model); configure the same embedder"
+            "process reset or re-embedded it); configure the embedder it is bound to, or "
+            f"{REEMBED_HINT}"
         )
     if isinstance(exc, psycopg.DataError) and "NUL" in str(exc):
         return ValidationError(

@@ -8,18 +8,17 @@ from typing import Any, TypeVar
 import numpy as np
 
 from engramdb.core.filters import Node
-from engramdb.errors import (
-    ConflictError,
-    EmbedderMismatchError,
-)
+from engramdb.errors import ConflictError
 from engramdb.stores.base import (
     Candidate,
+    EmbeddingSource,
     MemoryRow,
     NewMessage,
     Scope,
     ScopeCounts,
 )
 from engramdb.stores.kernel.candidates import Pool, narrowed
+from engramdb.stores.kernel.rebind import mismatch_error
 from engramdb.stores.kernel.rows import scope_counts
 from engramdb.stores.kernel.sql import POSTGRES, scope_counts_query, source_messages_query
 from engramdb.stores.postgres._sql import (
@@ -153,6 +152,24 @@ class _ReadFlows(_FlowBase):
         """Number of memory rows (deleted ones included)."""
         row = yield _Q(f"SELECT count(*) FROM {self.t('memories')}", fetch="one")
         return int(row[0])
+
+    def change_mark(self) -> Tx[str]:
+        """The current snapshot (``pg_current_snapshot()``, as text).
+
+        A row stamped (``txid``) by a transaction that had not ended in it was
+        written after the mark: the test the keyword caches catch up by.
+        """
+        row = yield _Q("SELECT pg_current_snapshot()::text", fetch="one")
+        return str(row[0])
+
+    def embedding_sources(self, after: int, limit: int) -> Tx[list[EmbeddingSource]]:
+        """Up to ``limit`` memories with ``rowid > after``, in rowid order, deleted ones too."""
+        rows = yield _Q(
+            f"SELECT rowid, text, actor_id FROM {self.t('memories')} WHERE rowid > %s "
+            "ORDER BY rowid LIMIT %s",
+            (after, limit),
+        )
+        return [EmbeddingSource(int(r[0]), r[1], r[2]) for r in rows]
 
     def visible_ids(self, scope: Scope, memory_ids: Sequence[str]) -> Tx[set[str]]:
         """Which of ``memory_ids`` are memories ``scope`` sees (deleted ones included)."""
@@ -343,11 +360,7 @@ class _ReadFlows(_FlowBase):
         if model is None:
             return False
         if self.binding is not None and (model, str(self.binding[1])) != (self.binding[0], dim):
-            raise EmbedderMismatchError(
-                f"PostgreSQL schema {self.schema!r} holds vectors from {model!r} (dim {dim}), "
-                f"but the configured embedder is {self.binding[0]!r} (dim {self.binding[1]}); "
-                "another process reset the store and bound another model"
-            )
+            raise mismatch_error(f"PostgreSQL schema {self.schema!r}", (model, dim), self.binding)
         return True
 
     def catch_up(self, kind: str, value: str) -> Tx[_Cache | None]:

@@ -19,7 +19,6 @@ from psycopg.types import TypeInfo
 from engramdb.core.filters import Node
 from engramdb.core.filters_pg import compile_postgres
 from engramdb.errors import (
-    EmbedderMismatchError,
     SchemaVersionError,
     StoreError,
 )
@@ -29,6 +28,7 @@ from engramdb.stores.base import (
     Scope,
 )
 from engramdb.stores.kernel.caches import ScopeCache, ScopeCaches
+from engramdb.stores.kernel.rebind import mismatch_error
 from engramdb.stores.kernel.rows import (
     HISTORY_COLUMNS,
     MEMORY_COLUMNS,
@@ -308,12 +308,7 @@ class _FlowBase:
                 fetch="none",
             )
         elif bound != (model, dim):
-            raise EmbedderMismatchError(
-                f"PostgreSQL schema {self.schema!r} holds vectors from {bound[0]!r} "
-                f"(dim {bound[1]}), but the configured embedder is {model!r} (dim {dim}); "
-                "configure the same embedder, or export and re-import into a new store to "
-                "re-embed (another process may have reset the store and bound another model)"
-            )
+            raise mismatch_error(f"PostgreSQL schema {self.schema!r}", bound, (model, dim))
         self.binding = (model, dim)
 
     def binding_lock(self, *, exclusive: bool = False) -> _Q:

@@ -123,6 +123,9 @@ class _Operations:
 
     bind_embedder = _Op(_Flows.bind_embedder, "write")
     bound_embedder = _Op(_Flows.read_binding, "single")
+    change_mark = _Op(_Flows.change_mark, "single")
+    embedding_sources = _Op(_Flows.embedding_sources, "single")
+    rebind_embedder = _Op(_Flows.rebind_embedder, "write")
     add = _Op(_Flows.add, "write")
     attach_session = _Op(_Flows.attach_session, "write")
     keep_failed = _Op(_Flows.keep_failed, "write")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -18,12 +18,14 @@ from engramdb.errors import (
 from engramdb.stores.base import (
     KEEP,
     AddOutcome,
+    EmbeddingSource,
     EntityRef,
     HistoryEvent,
     Keep,
     MemoryRow,
     NewMemory,
     NewMessage,
+    Rebinding,
     RestorePlan,
     Scope,
     visible_scope,
@@ -52,20 +54,26 @@ from engramdb.stores.kernel.history import (
     update_event,
 )
 from engramdb.stores.kernel.imports import ImportedMemory, clash_error, imported, repeat_error
+from engramdb.stores.kernel.rebind import checked_vectors, moved_error, stale_keys
 from engramdb.stores.postgres._sql import (
     _EMBEDDER_KEYS,
     _Q,
     WRITE_RETRIES,
     Tx,
+    _chunks,
     _dt,
     _FlowBase,
     _iso,
     _json,
     _now,
+    _Snapshot,
     _vector_text,
 )
 
 T = TypeVar("T")
+
+_REBIND_BATCH = 1000
+"""Vectors per UPDATE statement of a rebinding (all in its one transaction)."""
 
 
 class _WriteFlows(_FlowBase):
@@ -966,6 +974,91 @@ class _WriteFlows(_FlowBase):
                     fetch="none",
                 )
         return len(rows)
+
+    def rebind_embedder(
+        self,
+        old: tuple[str, int],
+        new: tuple[str, int],
+        vectors: Mapping[int, np.ndarray[Any, np.dtype[np.float32]]],
+        since: str,
+    ) -> Tx[Rebinding]:
+        """Replace every vector by ``vectors`` and bind ``new``, in one transaction.
+
+        It takes the binding lock exclusively first, as reset does: vector
+        writes in flight finish, and new ones wait until the commit (and then
+        find the binding changed: the driver's guard refuses the old model).
+        The store must still be bound to ``old``; a memory stamped by a
+        transaction that had not ended in the snapshot ``since`` (written since
+        the caller read it) or that ``vectors`` lacks makes the flow write
+        nothing and return it as stale, with the current snapshot as the next
+        mark. Otherwise the HNSW index is dropped, the column retyped to
+        ``vector(new dim)`` when the dimension changes (``USING NULL``: a table
+        rewrite), every row's vector written in batches, the binding changed
+        and the index built again, all before the one COMMIT; readers wait
+        for it (the index and the column are locked). The keyword caches hold
+        no vectors and stay valid. Dead row versions of the old vectors
+        remain until (auto)VACUUM.
+        """
+        memories = self.t("memories")
+        yield self.binding_lock(exclusive=True)
+        bound = yield from self.read_binding()
+        if bound != old:
+            raise moved_error(f"PostgreSQL schema {self.schema!r}", bound, old)
+        mark = yield _Q("SELECT pg_current_snapshot()::text", fetch="one")
+        snap = _Snapshot.parse(since)
+        rows = yield _Q(
+            f"SELECT m.rowid, (m.txid >= %s::xid8 OR m.txid = ANY(%s::xid8[])) FROM {memories} m "
+            "ORDER BY m.rowid",
+            (str(snap.xmax), [str(x) for x in sorted(snap.xip)]),
+        )
+        stale, current = stale_keys(((int(r[0]), bool(r[1])) for r in rows), vectors)
+        if stale:
+            found = yield _Q(
+                f"SELECT rowid, text, actor_id FROM {memories} WHERE rowid = ANY(%s) "
+                "ORDER BY rowid",
+                (stale,),
+            )
+            return Rebinding(
+                done=False,
+                stale=[EmbeddingSource(int(r[0]), r[1], r[2]) for r in found],
+                mark=str(mark[0]),
+            )
+        fresh = checked_vectors(vectors, current, new[1])
+        yield _Q(f"DROP INDEX IF EXISTS {self.t('memories_embedding_hnsw')}", fetch="none")
+        typed = yield _Q(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = %s::regclass AND attname = 'embedding'",
+            (memories,),
+            fetch="one",
+        )
+        if typed[0] != f"vector({int(new[1])})":
+            yield _Q(
+                f"ALTER TABLE {memories} ALTER COLUMN embedding TYPE vector({int(new[1])}) "
+                "USING NULL",
+                fetch="none",
+            )
+        for chunk in _chunks(fresh, _REBIND_BATCH):
+            yield _Q(
+                f"UPDATE {memories} m SET embedding = u.e::vector "
+                "FROM unnest(%s::bigint[], %s::text[]) AS u(k, e) WHERE m.rowid = u.k",
+                ([k for k, _ in chunk], [_vector_text(v) for _, v in chunk]),
+                fetch="none",
+            )
+        meta = self.t("meta")
+        yield _Q(
+            f"UPDATE {meta} SET value = %s WHERE key = 'embedder_model'", (new[0],), fetch="none"
+        )
+        yield _Q(
+            f"UPDATE {meta} SET value = %s WHERE key = 'embedder_dim'", (str(new[1]),), fetch="none"
+        )
+        yield _Q(
+            f"CREATE INDEX memories_embedding_hnsw ON {memories} "
+            "USING hnsw (embedding vector_cosine_ops)",
+            fetch="none",
+        )
+        # This process is on the new model from now on (its Memory's embedder is).
+        self.binding = (new[0], new[1])
+        return Rebinding(done=True, written=len(fresh), mark=str(mark[0]))
 
     def reset(self) -> Tx[None]:
         """Erase everything the store holds (the embedder binding too)."""

@@ -8,7 +8,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +18,24 @@ from engramdb._time import utc_now
 from engramdb.core.filters import Node, compile_sqlite
 from engramdb.core.vectors import VectorIndex
 from engramdb.errors import (
-    EmbedderMismatchError,
     MemoryNotFoundError,
     SchemaVersionError,
     StoreError,
 )
 from engramdb.stores.base import (
+    EmbeddingSource,
     HistoryEvent,
     MemoryRow,
+    Rebinding,
     Scope,
 )
 from engramdb.stores.kernel.caches import ScopeCache, ScopeCaches
+from engramdb.stores.kernel.rebind import (
+    checked_vectors,
+    mismatch_error,
+    moved_error,
+    stale_keys,
+)
 from engramdb.stores.kernel.rows import (
     HISTORY_COLUMNS,
     ISO_TEXT,
@@ -288,12 +295,7 @@ class _Store:
 
     def _refuse_other(self, bound: tuple[str | None, str | None], mine: tuple[str, int]) -> None:
         if bound != (mine[0], str(mine[1])):
-            raise EmbedderMismatchError(
-                f"{self.path} holds vectors from {bound[0]!r} (dim {bound[1]}), but the "
-                f"configured embedder is {mine[0]!r} (dim {mine[1]}); configure the same "
-                "embedder, or export and re-import into a new file to re-embed (another "
-                "process may have reset the store and bound another model)"
-            )
+            raise mismatch_error(str(self.path), bound, mine)
 
     def _guard_binding(self, con: sqlite3.Connection) -> None:
         """Inside a write that stores vectors: the file is still bound to our embedder.
@@ -317,6 +319,97 @@ class _Store:
         if "embedder_model" not in rows:
             return None
         return rows["embedder_model"], int(rows["embedder_dim"])
+
+    # -- moving to another embedder (Memory.reembed) -------------------------------------
+
+    def change_mark(self) -> str:
+        """The file's change counter (``meta.seq``), which every write stamps on its rows.
+
+        A memory whose ``seq`` is above the mark was written after it (see
+        :meth:`rebind_embedder`).
+        """
+        with self._read() as con:
+            return str(con.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()[0])
+
+    def embedding_sources(self, after: int, limit: int) -> list[EmbeddingSource]:
+        """Up to ``limit`` memories with ``rowid > after``, in rowid order, deleted ones too.
+
+        Each is what its vector is made of (text, speaker); one read per page.
+        """
+        with self._read() as con:
+            rows = con.execute(
+                "SELECT rowid, text, actor_id FROM memories WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                (after, limit),
+            ).fetchall()
+        return [EmbeddingSource(int(r[0]), r[1], r[2]) for r in rows]
+
+    def rebind_embedder(
+        self,
+        old: tuple[str, int],
+        new: tuple[str, int],
+        vectors: Mapping[int, np.ndarray[Any, np.dtype[np.float32]]],
+        since: str,
+    ) -> Rebinding:
+        """Replace every vector by ``vectors`` and bind ``new``, in one transaction.
+
+        One ``BEGIN IMMEDIATE`` transaction: it holds the file's write lock, so
+        no writer of any process can store a vector between the check and the
+        commit. The file must still be bound to ``old``; a memory whose
+        ``seq`` is above ``since`` (written since the caller read it) or that
+        ``vectors`` lacks makes the call write nothing and return it as stale,
+        with the current ``seq`` as the next mark. Otherwise every row of
+        ``memory_vectors`` is rewritten, ``meta`` names ``new``, and the epoch
+        moves, which makes every process drop its caches (vector indexes with
+        their projected prefilters, BM25, the kept rowid sets) and read the
+        new vectors afresh. A crash or an error before the commit leaves the
+        file as it was: old binding, old vectors.
+        """
+        with self._write() as con, self._translate():
+            meta = dict(
+                con.execute(
+                    "SELECT key, value FROM meta WHERE key IN ('seq', 'embedder_model', "
+                    "'embedder_dim')"
+                ).fetchall()
+            )
+            bound = (
+                (meta["embedder_model"], meta["embedder_dim"]) if "embedder_model" in meta else None
+            )
+            if bound != (old[0], str(old[1])):
+                raise moved_error(str(self.path), bound, old)
+            stale, current = stale_keys(
+                (
+                    (int(r[0]), bool(r[1]))
+                    for r in con.execute(
+                        "SELECT rowid, seq > ? FROM memories ORDER BY rowid", (int(since),)
+                    )
+                ),
+                vectors,
+            )
+            if stale:
+                found: list[EmbeddingSource] = []
+                for chunk in _chunks(stale, 500):
+                    found += [
+                        EmbeddingSource(int(r[0]), r[1], r[2])
+                        for r in con.execute(
+                            "SELECT rowid, text, actor_id FROM memories WHERE rowid IN "
+                            f"({','.join('?' * len(chunk))}) ORDER BY rowid",
+                            chunk,
+                        )
+                    ]
+                return Rebinding(done=False, stale=found, mark=str(meta["seq"]))
+            fresh = checked_vectors(vectors, current, new[1])
+            con.execute("DELETE FROM memory_vectors")
+            con.executemany(
+                "INSERT INTO memory_vectors(memory_rowid, embedding) VALUES (?, ?)",
+                ((key, _vec_blob(vec)) for key, vec in fresh),
+            )
+            con.execute("UPDATE meta SET value = ? WHERE key = 'embedder_model'", (new[0],))
+            con.execute("UPDATE meta SET value = ? WHERE key = 'embedder_dim'", (str(new[1]),))
+            con.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'epoch'")
+        self._binding = (new[0], new[1])
+        with self._table.lock:
+            self._table.clear()
+        return Rebinding(done=True, written=len(fresh), mark=str(meta["seq"]))
 
     # -- writes ------------------------------------------------------------------------
 
