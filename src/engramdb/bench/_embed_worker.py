@@ -91,20 +91,19 @@ def peak_rss_mb() -> float:
 # ----------------------------------------------------------------- figures
 
 
-def summary(times_ms: list[float]) -> dict[str, float | None]:
-    """Mean, p50 and p95 (inclusive quantiles) of steady-state timings, in ms."""
-    if not times_ms:
-        return {"mean": None, "p50": None, "p95": None}
-    p95 = (
-        statistics.quantiles(times_ms, n=20, method="inclusive")[18]
-        if len(times_ms) > 1
-        else times_ms[0]
+def _measure() -> Any:
+    """The shared measuring code (``_peer_measure.py`` beside this file), loaded by path."""
+    spec = importlib.util.spec_from_file_location(
+        "_peer_measure", Path(__file__).with_name("_peer_measure.py")
     )
-    return {
-        "mean": round(statistics.fmean(times_ms), 3),
-        "p50": round(statistics.median(times_ms), 3),
-        "p95": round(p95, 3),
-    }
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+summary = _measure().summary
+"""Mean, p50 and p95 of steady-state timings (``_peer_measure.summary``)."""
 
 
 def _ms(since_ns: int) -> float:

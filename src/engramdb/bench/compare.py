@@ -225,6 +225,57 @@ def _tail(text: str) -> str:
     return text[-_STDERR_TAIL:] if text else "(nothing on stderr)"
 
 
+def run_worker(
+    command: list[str],
+    who: str,
+    out: Path,
+    *,
+    threads: int,
+    timeout: float,
+    error: type[Exception],
+    missing_hint: str = "",
+) -> dict[str, Any]:
+    """Run one worker process; the figures it wrote to ``out`` (plus ``wall_s``).
+
+    Failures raise ``error`` naming the worker (``who``) with the end of its
+    stderr; ``missing_hint`` is added when the worker could not import a module.
+    Shared by ``engram bench compare`` and ``engram bench embedders``.
+    """
+    out.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            env=_worker_env(threads),
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raw = exc.stderr or ""
+        stderr = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        raise error(f"{who} ran past {timeout:g} s; its stderr ends:\n{_tail(stderr)}") from None
+    except OSError as exc:
+        raise error(f"{who} could not start: {exc}") from None
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        hint = f"\n({missing_hint})" if missing_hint and "No module named" in proc.stderr else ""
+        raise error(
+            f"{who} failed with exit status {proc.returncode}; its stderr ends:\n"
+            f"{_tail(proc.stderr)}{hint}"
+        )
+    try:
+        figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise error(
+            f"{who} exited 0 but wrote no readable figures ({exc}); its stderr ends:\n"
+            f"{_tail(proc.stderr)}"
+        ) from None
+    figures["wall_s"] = round(wall, 2)
+    return figures
+
+
 def _run_worker(
     label: str,
     python: str,
@@ -236,53 +287,31 @@ def _run_worker(
     timeout: float,
 ) -> dict[str, Any]:
     """One worker process; its figures, or :class:`CompareError` naming it and its stderr."""
-    who = f"the {label} worker ({python} {script})"
-    out.unlink(missing_ok=True)
-    t0 = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            [python, str(script), str(workload), str(out)],
-            capture_output=True,
-            text=True,
-            env=_worker_env(threads),
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raw = exc.stderr or ""
-        stderr = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
-        raise CompareError(
-            f"{who} ran past {timeout:g} s; its stderr ends:\n{_tail(stderr)}"
-        ) from None
-    except OSError as exc:
-        raise CompareError(f"{who} could not start: {exc}") from None
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        hint = ""
-        if "No module named" in proc.stderr and label != "engramdb":
-            hint = f"\n(is {label} installed in {python}? {_SETUP_HINT})"
-        raise CompareError(
-            f"{who} failed with exit status {proc.returncode}; its stderr ends:\n"
-            f"{_tail(proc.stderr)}{hint}"
-        )
-    try:
-        figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CompareError(
-            f"{who} exited 0 but wrote no readable figures ({exc}); its stderr ends:\n"
-            f"{_tail(proc.stderr)}"
-        ) from None
-    figures["wall_s"] = round(wall, 2)
-    return figures
+    return run_worker(
+        [python, str(script), str(workload), str(out)],
+        f"the {label} worker ({python} {script})",
+        out,
+        threads=threads,
+        timeout=timeout,
+        error=CompareError,
+        missing_hint=""
+        if label == "engramdb"
+        else f"is {label} installed in {python}? {_SETUP_HINT}",
+    )
+
+
+def check_python(python: str | Path, error: type[Exception], setup_hint: str) -> str:
+    """``python`` as a path string, or ``error`` if it is not an executable file."""
+    path = Path(python).expanduser()
+    if not path.exists():
+        raise error(f"--peer-python {python}: no such file ({setup_hint})")
+    if path.is_dir() or not os.access(path, os.X_OK):
+        raise error(f"--peer-python {python}: not an executable python")
+    return str(path)
 
 
 def _check_python(python: str | Path) -> str:
-    path = Path(python).expanduser()
-    if not path.exists():
-        raise CompareError(f"--peer-python {python}: no such file ({_SETUP_HINT})")
-    if path.is_dir() or not os.access(path, os.X_OK):
-        raise CompareError(f"--peer-python {python}: not an executable python")
-    return str(path)
+    return check_python(python, CompareError, _SETUP_HINT)
 
 
 def run(

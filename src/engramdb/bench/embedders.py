@@ -41,7 +41,6 @@ import hashlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,7 +52,7 @@ from typing import Any, Final
 import numpy as np
 
 from engramdb.bench._machine import machine, machine_line
-from engramdb.bench.compare import _tail, _worker_env, build_workload
+from engramdb.bench.compare import build_workload, check_python, run_worker
 
 __all__ = [
     "BASELINE",
@@ -232,54 +231,19 @@ def _run_worker(
     timeout: float,
 ) -> dict[str, Any]:
     """One worker process; its figures, or :class:`EmbedderBenchError` with its stderr."""
-    who = f"the {engine} worker ({python} {_WORKER})"
-    out.unlink(missing_ok=True)
-    env = _worker_env(threads)
-    started = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            [python, str(_WORKER), engine, str(workload_file), str(out), str(time.monotonic_ns())],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raw = exc.stderr or ""
-        stderr = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
-        raise EmbedderBenchError(
-            f"{who} ran past {timeout:g} s; its stderr ends:\n{_tail(stderr)}"
-        ) from None
-    except OSError as exc:
-        raise EmbedderBenchError(f"{who} could not start: {exc}") from None
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        hint = ""
-        if "No module named" in proc.stderr and engine == PEER:
-            hint = f"\n({_SETUP_HINT})"
-        raise EmbedderBenchError(
-            f"{who} failed with exit status {proc.returncode}; its stderr ends:\n"
-            f"{_tail(proc.stderr)}{hint}"
-        )
-    try:
-        figures: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise EmbedderBenchError(
-            f"{who} exited 0 but wrote no readable figures ({exc}); its stderr ends:\n"
-            f"{_tail(proc.stderr)}"
-        ) from None
-    figures["wall_s"] = round(wall, 2)
-    return figures
+    return run_worker(
+        [python, str(_WORKER), engine, str(workload_file), str(out), str(time.monotonic_ns())],
+        f"the {engine} worker ({python} {_WORKER})",
+        out,
+        threads=threads,
+        timeout=timeout,
+        error=EmbedderBenchError,
+        missing_hint=_SETUP_HINT if engine == PEER else "",
+    )
 
 
 def _check_python(python: str | Path) -> str:
-    path = Path(python).expanduser()
-    if not path.exists():
-        raise EmbedderBenchError(f"--peer-python {python}: no such file ({_SETUP_HINT})")
-    if path.is_dir() or not os.access(path, os.X_OK):
-        raise EmbedderBenchError(f"--peer-python {python}: not an executable python")
-    return str(path)
+    return check_python(python, EmbedderBenchError, _SETUP_HINT)
 
 
 def _engines(engines: Sequence[str], peer: bool) -> list[str]:
