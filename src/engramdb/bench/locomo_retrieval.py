@@ -81,11 +81,14 @@ __all__ = [
     "Session",
     "Turn",
     "default_data_path",
+    "embed_questions",
+    "ingest_cached",
     "load",
     "main",
     "plot_recall",
     "run",
     "score_ranking",
+    "summarise",
 ]
 
 Keys = Literal["turns", "facts", "facts-only"]
@@ -405,6 +408,17 @@ class _QueryVectors:
         return found if found is not None else self.inner.embed_query(text)
 
 
+def summarise(rows: Sequence[tuple[int, dict[str, float]]]) -> dict[str, Any]:
+    """Mean scores overall and per category of ``(category, score_ranking row)`` pairs."""
+    return {
+        "overall": _mean([r for _, r in rows]),
+        "by_category": {
+            str(cat): {"name": name, **_mean([r for c, r in rows if c == cat])}
+            for cat, name in CATEGORIES.items()
+        },
+    }
+
+
 # -- the run -------------------------------------------------------------------------------
 
 
@@ -426,6 +440,65 @@ def _cache_key(data: bytes, keys: Keys, model: str, fusion: FusionConfig) -> str
         ).encode()
     )
     return h.hexdigest()[:20]
+
+
+def ingest_cached(
+    raw: bytes,
+    convs: Sequence[Conversation],
+    keys: Keys,
+    db: Path,
+    *,
+    embedder: Embedder,
+    model: str,
+    fusion: FusionConfig,
+    config: dict[str, Any],
+    reuse: bool = False,
+    cache_dir: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, dict[str, list[str]]], bool]:
+    """Store ``convs`` in a new database at ``db``; returns ``(sources, reused)``.
+
+    ``sources`` maps each conversation's memory ids to their dialogue ids
+    (:func:`ingest`). With ``reuse``, a database cached under ``cache_dir``
+    (default :func:`default_cache_dir`) for the same data file ``raw``, keys,
+    index-time settings of ``fusion``, code and embedder ``model`` is copied
+    instead (``reused`` True); when there is none, the fresh one is cached.
+    ``config`` is the Memory config to ingest with; ``embedder`` embeds.
+    """
+    say = progress or (lambda _msg: None)
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    key = _cache_key(raw, keys, model, fusion)
+    cached_db = cache_root / f"locomo-{key}.db"
+    cached_map = cache_root / f"locomo-{key}.json"
+    if reuse and cached_db.is_file() and cached_map.is_file():
+        say(f"reusing the ingested database {cached_db}")
+        shutil.copyfile(cached_db, db)
+        sources: dict[str, dict[str, list[str]]] = json.loads(cached_map.read_text("utf-8"))
+        return sources, True
+    llm = ScriptedLLM(model="locomo-observations") if keys != "turns" else None
+    sources = {}
+    with Memory(db, config=config, embedder=embedder, llm=llm) as memory:
+        for n, conv in enumerate(convs, 1):
+            say(f"ingesting {conv.sample_id} ({n}/{len(convs)}, keys={keys})")
+            sources[conv.sample_id] = ingest(memory, conv, keys, llm)
+    if reuse:
+        cache_root.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(db, cached_db)
+        cached_map.write_text(json.dumps(sources), "utf-8")
+    return sources, False
+
+
+def embed_questions(
+    questions: Iterable[Question], base: Embedder, wrapped: _QueryVectors
+) -> list[float]:
+    """Embed each distinct question once into ``wrapped``; returns the seconds of each."""
+    times: list[float] = []
+    for q in questions:
+        if q.text not in wrapped.vectors:
+            t0 = time.perf_counter()
+            wrapped.vectors[q.text] = base.embed_query(q.text)
+            times.append(time.perf_counter() - t0)
+    return times
 
 
 def run(
@@ -468,37 +541,25 @@ def run(
         config["retrieval"] = fusion.model_dump()
     with tempfile.TemporaryDirectory(prefix="engram-locomo-") as tmp:
         db = Path(tmp) / "locomo.db"
-        cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        key = _cache_key(raw, keys, base.model, fusion)
-        cached_db = cache_root / f"locomo-{key}.db"
-        cached_map = cache_root / f"locomo-{key}.json"
-        reused = reuse and cached_db.is_file() and cached_map.is_file()
         started = time.perf_counter()
-        if reused:
-            say(f"reusing the ingested database {cached_db}")
-            shutil.copyfile(cached_db, db)
-            sources: dict[str, dict[str, list[str]]] = json.loads(cached_map.read_text("utf-8"))
-        else:
-            llm = ScriptedLLM(model="locomo-observations") if keys != "turns" else None
-            sources = {}
-            with Memory(db, config=config, embedder=wrapped, llm=llm) as memory:
-                for n, conv in enumerate(convs, 1):
-                    say(f"ingesting {conv.sample_id} ({n}/{len(convs)}, keys={keys})")
-                    sources[conv.sample_id] = ingest(memory, conv, keys, llm)
-            if reuse:
-                cache_root.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(db, cached_db)
-                cached_map.write_text(json.dumps(sources), "utf-8")
+        sources, reused = ingest_cached(
+            raw,
+            convs,
+            keys,
+            db,
+            embedder=wrapped,
+            model=base.model,
+            fusion=fusion,
+            config=config,
+            reuse=reuse,
+            cache_dir=cache_dir,
+            progress=say,
+        )
         ingest_s = time.perf_counter() - started
 
         questions = [(conv, q) for conv in convs for q in conv.questions]
         say(f"embedding {len(questions)} questions")
-        embed_times: list[float] = []
-        for _, q in questions:
-            if q.text not in wrapped.vectors:
-                t0 = time.perf_counter()
-                wrapped.vectors[q.text] = base.embed_query(q.text)
-                embed_times.append(time.perf_counter() - t0)
+        embed_times = embed_questions([q for _, q in questions], base, wrapped)
 
         scores: dict[str, list[tuple[int, dict[str, float]]]] = {m: [] for m in METHODS}
         search_times: list[float] = []
@@ -551,15 +612,7 @@ def run(
                         }
                     )
 
-    methods: dict[str, Any] = {}
-    for method, rows in scores.items():
-        methods[method] = {
-            "overall": _mean([r for _, r in rows]),
-            "by_category": {
-                str(cat): {"name": name, **_mean([r for c, r in rows if c == cat])}
-                for cat, name in CATEGORIES.items()
-            },
-        }
+    methods = {method: summarise(rows) for method, rows in scores.items()}
     report: dict[str, Any] = {
         "benchmark": "locomo-retrieval",
         "engramdb": __version__,

@@ -181,8 +181,14 @@ def run(
     seed: int = 500,
     out: Path | None = None,
     startup_timeout: float = 120.0,
+    config_file: Path | None = None,
 ) -> dict[str, Any]:
-    """Start a server, load it, and return the figures (written to ``out`` as JSON too)."""
+    """Start a server, load it, and return the figures (written to ``out`` as JSON too).
+
+    ``config_file`` (``engram --config``) is handed to the server, e.g. to
+    measure another embedder; its database path is overridden by the
+    temporary one.
+    """
     from engramdb.server.keys import KeyStore
 
     if requests < 1 or seed < 1 or not concurrency or min(concurrency) < 1:
@@ -198,6 +204,7 @@ def run(
             sys.executable,
             "-m",
             "engramdb.cli",
+            *(["--config", str(config_file)] if config_file is not None else []),
             "--db",
             str(Path(tmp) / "engram.db"),
             "serve",

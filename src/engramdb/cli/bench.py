@@ -77,6 +77,7 @@ app.add_typer(bench_app, name="bench")
 
 @bench_app.command("serve")
 def bench_serve(
+    ctx: typer.Context,
     requests: Annotated[
         int, typer.Option(metavar="N", help="Requests per operation and concurrency level.")
     ] = 200,
@@ -108,7 +109,12 @@ def bench_serve(
         ) from None
     try:
         result = bench.run(
-            requests=requests, concurrency=levels, engine=engine.value, seed=seed, out=out
+            requests=requests,
+            concurrency=levels,
+            engine=engine.value,
+            seed=seed,
+            out=out,
+            config_file=ctx.find_root().obj.config_file,
         )
     except (RuntimeError, ValueError) as exc:
         _fail(str(exc))
@@ -229,6 +235,120 @@ def bench_locomo_retrieval(
         return
     _say(bench.format_report(report))
     _note(f"wrote {out}" + (f" and {plot}" if plot else ""))
+
+
+@bench_app.command("locomo-folds")
+def bench_locomo_folds(
+    ctx: typer.Context,
+    data: LocomoFile = None,
+    keys: Annotated[
+        str,
+        typer.Option(
+            "--keys",
+            metavar="KIND",
+            help="What is stored, as for locomo-retrieval: 'turns', 'facts' or 'facts-only'.",
+        ),
+    ] = "turns",
+    grid: Annotated[
+        str | None,
+        typer.Option(
+            "--grid",
+            metavar="JSON",
+            help=(
+                "The candidate fusion settings: a JSON object of FusionConfig field -> list "
+                "of values (their product, each on the defaults), or a JSON list of partial "
+                "FusionConfig objects; '@FILE' reads the JSON from FILE. The library's "
+                "defaults are always a candidate."
+            ),
+        ),
+    ] = None,
+    metric: Annotated[
+        str,
+        typer.Option(
+            "--metric",
+            metavar="NAME",
+            help=(
+                "What each fold selects by (hybrid, overall, pooled over the training "
+                "conversations): any@5, any@10, any@20, all@5, all@10, all@20 or ndcg@10."
+            ),
+        ),
+    ] = "any@10",
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="FILE",
+            help="Where to write the JSON report (default: locomo-folds-KIND.json here).",
+            dir_okay=False,
+        ),
+    ] = None,
+    reuse: Annotated[
+        bool,
+        typer.Option(
+            "--reuse",
+            help=(
+                "Reuse the database ingested by an earlier --reuse run (of this benchmark or "
+                "locomo-retrieval) of the same data, keys, code and embedder."
+            ),
+        ),
+    ] = False,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            metavar="DIR",
+            help="Where --reuse keeps ingested databases (default: $ENGRAM_HOME/bench-cache).",
+            file_okay=False,
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON instead of tables.")
+    ] = False,
+) -> None:
+    """LoCoMo retrieval by leave-one-conversation-out: tuned on the rest, judged held out.
+
+    Each fold picks the best grid candidate on the other conversations and
+    reports the held-out one; the headline is the mean and spread across folds.
+    """
+    from engramdb.bench import locomo_folds as bench
+
+    if keys not in ("turns", "facts", "facts-only"):
+        raise typer.BadParameter("must be 'turns', 'facts' or 'facts-only'", param_hint="--keys")
+    if metric not in bench.METRICS:
+        raise typer.BadParameter(
+            f"must be one of {', '.join(bench.METRICS)}", param_hint="--metric"
+        )
+    if grid is not None and grid.startswith("@"):
+        with _expected_errors():
+            grid = Path(grid[1:]).read_text(encoding="utf-8")
+    spec = _json_arg("--grid", grid)
+    try:
+        bench.parse_grid(spec)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--grid") from None
+    data = _locomo(data)
+    embedder = _config_embedder(_load_config(ctx.find_root().obj.config_file))
+    out = out or Path(f"locomo-folds-{keys}.json")
+    with _expected_errors():
+        try:
+            report = bench.run(
+                data,
+                keys=keys,  # type: ignore[arg-type]
+                grid=spec,
+                metric=metric,
+                out=out,
+                reuse=reuse,
+                cache_dir=cache_dir,
+                embedder=embedder,
+                progress=_note,
+            )
+        except (ValueError, KeyError) as exc:
+            _fail(f"{data}: {exc}")
+    if json_out:
+        _print_json(report)
+        return
+    _say(bench.format_report(report))
+    _note(f"wrote {out}")
 
 
 def _config_embedder(config: object) -> Any:
