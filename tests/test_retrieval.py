@@ -698,3 +698,62 @@ def test_candidates_scope_for_store_level_rankings(mem: Memory) -> None:
     cands = mem.store.candidates(Scope(user_id="u"), None, vec, ["qzx7731"], [], 5)
     assert {c.bm25_rank for c in cands} == {1, None}
     assert sorted(c.semantic_rank for c in cands if c.semantic_rank) == [1, 2]
+
+
+# -- fuse(limit=k) builds only the best k, the same as fuse()[:k] --------------------------
+
+
+def _fusion_row(mid: str, actor: str | None) -> Any:
+    from engramdb.core.records import MemoryRow
+
+    return MemoryRow(
+        id=mid,
+        text=mid,
+        hash=mid,
+        user_id="u",
+        agent_id=None,
+        run_id=None,
+        actor_id=actor,
+        role="user",
+        attributed_to=None,
+        memory_type=None,
+        metadata={},
+        created_at="2024-01-01T00:00:00Z",
+        updated_at="2024-01-01T00:00:00Z",
+        observed_at=None,
+        expires_at=None,
+        deleted_at=None,
+        version=1,
+    )
+
+
+@pytest.mark.parametrize("method", ["weighted", "rrf"])
+def test_fuse_with_a_limit_is_the_head_of_the_full_fusion(method: str) -> None:
+    import random
+
+    from engramdb.core.records import Candidate
+    from engramdb.search import FusionConfig, fuse, plan_query
+
+    rng = random.Random(7)
+    config = FusionConfig(method=method)
+    plan = plan_query("what did Caroline say about Mel?", config)
+    for trial in range(30):
+        candidates = [
+            Candidate(
+                row=_fusion_row(f"m{trial}-{i:03d}", rng.choice([None, "Caroline", "Mel"])),
+                # coarse values, so ties on score and on cosine are common
+                semantic=rng.choice([0.70, 0.75, 0.80, 0.85]),
+                bm25=rng.choice([0.0, 0.0, 1.5, 3.0]),
+                semantic_rank=i + 1,
+                bm25_rank=None,
+                entities=rng.choice([[], [("caroline", 3)], [("mel", 40)]]),
+                bm25_best=6.0,
+            )
+            for i in range(rng.randint(0, 60))
+        ]
+        full = fuse(candidates, config, plan)
+        for k in (0, 1, 5, 10, len(candidates) + 3):
+            head = fuse(candidates, config, plan, limit=k)
+            assert [(h.row.id, h.score, h.explain) for h in head] == [
+                (h.row.id, h.score, h.explain) for h in full[:k]
+            ]

@@ -815,7 +815,7 @@ class Operations:
             max(cfg.pool, want),
             include_expired=include_expired,
         )
-        hits = fuse(candidates, cfg, plan)[:want]
+        hits = fuse(candidates, cfg, plan, limit=want)
         # The fused order stands; the score is read from it (search.py), before a
         # reranker blends its grades in on the same scale.
         hits = calibrate(hits, cfg)

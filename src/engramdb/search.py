@@ -264,12 +264,17 @@ def _actor_matches(candidates: list[Candidate], names: frozenset[str]) -> list[b
 
 
 def fuse(
-    candidates: list[Candidate], config: FusionConfig, plan: QueryPlan | None = None
+    candidates: list[Candidate],
+    config: FusionConfig,
+    plan: QueryPlan | None = None,
+    limit: int | None = None,
 ) -> list[Hit]:
     """Score and sort candidates; every hit's ``explain`` holds each part.
 
     ``plan`` supplies the names for the actor signal; without it the actor
-    signal is off.
+    signal is off. ``limit`` keeps only the best ``limit`` hits: every
+    candidate is scored, but only those are built (the same hits, in the same
+    order, as ``fuse(...)[:limit]``).
     """
     names = plan.names if plan is not None else frozenset()
     sem = {i: c.semantic for i, c in enumerate(candidates)}
@@ -293,7 +298,7 @@ def fuse(
     active += w_a if any(actor.values()) else 0.0
     active = active or 1.0
     best = _best_fused(candidates, config, bool(bm_ranks), ent, any(actor.values()), active)
-    hits = []
+    scored: list[tuple[float, float, float, float, int]] = []
     for i, cand in enumerate(candidates):
         sem_part = min(
             1.0, max(0.0, (cand.semantic - config.cosine_floor) / (1.0 - config.cosine_floor))
@@ -310,7 +315,13 @@ def fuse(
             score = raw * (config.rrf_k + 1) / active
         else:
             score = (w_s * sem_part + w_b * bm_part + w_e * ent[i] + w_a * actor_part) / active
-        score = min(1.0, max(0.0, score))
+        scored.append((min(1.0, max(0.0, score)), sem_part, bm_part, actor_part, i))
+    scored.sort(key=lambda t: (-t[0], -candidates[t[4]].semantic, candidates[t[4]].row.id))
+    if limit is not None:
+        scored = scored[: max(0, limit)]
+    hits = []
+    for score, sem_part, bm_part, actor_part, i in scored:
+        cand = candidates[i]
         hits.append(
             Hit(
                 cand.row,
@@ -338,7 +349,6 @@ def fuse(
                 },
             )
         )
-    hits.sort(key=lambda h: (-h.score, -h.explain["semantic"], h.row.id))
     return hits
 
 
