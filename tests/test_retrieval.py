@@ -703,36 +703,13 @@ def test_candidates_scope_for_store_level_rankings(mem: Memory) -> None:
 # -- fuse(limit=k) builds only the best k, the same as fuse()[:k] --------------------------
 
 
-def _fusion_row(mid: str, actor: str | None) -> Any:
-    from engramdb.core.records import MemoryRow
-
-    return MemoryRow(
-        id=mid,
-        text=mid,
-        hash=mid,
-        user_id="u",
-        agent_id=None,
-        run_id=None,
-        actor_id=actor,
-        role="user",
-        attributed_to=None,
-        memory_type=None,
-        metadata={},
-        created_at="2024-01-01T00:00:00Z",
-        updated_at="2024-01-01T00:00:00Z",
-        observed_at=None,
-        expires_at=None,
-        deleted_at=None,
-        version=1,
-    )
-
-
 @pytest.mark.parametrize("method", ["weighted", "rrf"])
 def test_fuse_with_a_limit_is_the_head_of_the_full_fusion(method: str) -> None:
     import random
 
     from engramdb.core.records import Candidate
     from engramdb.search import FusionConfig, fuse, plan_query
+    from rows import memory_row
 
     rng = random.Random(7)
     config = FusionConfig(method=method)
@@ -740,7 +717,7 @@ def test_fuse_with_a_limit_is_the_head_of_the_full_fusion(method: str) -> None:
     for trial in range(30):
         candidates = [
             Candidate(
-                row=_fusion_row(f"m{trial}-{i:03d}", rng.choice([None, "Caroline", "Mel"])),
+                row=memory_row(f"m{trial}-{i:03d}", actor=rng.choice([None, "Caroline", "Mel"])),
                 # coarse values, so ties on score and on cosine are common
                 semantic=rng.choice([0.70, 0.75, 0.80, 0.85]),
                 bm25=rng.choice([0.0, 0.0, 1.5, 3.0]),

@@ -28,6 +28,7 @@ from engramdb.extract.parse import parse_additive
 from engramdb.llms import make_llm
 from engramdb.search import FusionConfig, Hit, rank_superseded, recency_factor
 from openai_wire import WireServer
+from rows import memory_row
 
 LISBON = "Maya lives in Lisbon."
 PORTO = "Maya moved to Porto."
@@ -363,25 +364,7 @@ def test_a_hostile_reply_cannot_supersede_another_users_memory(
 
 
 def _row(mid: str, observed: str) -> MemoryRow:
-    return MemoryRow(
-        id=mid,
-        text=mid,
-        hash=mid,
-        user_id="u",
-        agent_id=None,
-        run_id=None,
-        actor_id=None,
-        role="user",
-        attributed_to=None,
-        memory_type=None,
-        metadata={},
-        created_at=observed,
-        updated_at=observed,
-        observed_at=observed,
-        expires_at=None,
-        deleted_at=None,
-        version=1,
-    )
+    return memory_row(mid, observed=observed)
 
 
 def test_rank_superseded_settles_chains() -> None:

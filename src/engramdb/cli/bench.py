@@ -215,26 +215,37 @@ def bench_locomo_retrieval(
     except ImportError:
         _note("matplotlib is not installed (pip install 'engramdb[bench]'): no plot")
         plot = None
+    _locomo_report(
+        lambda: bench.run(
+            data,
+            keys=keys,  # type: ignore[arg-type]
+            out=out,
+            plot=plot,
+            reuse=reuse,
+            cache_dir=cache_dir,
+            retrieval=fusion,
+            embedder=embedder,
+            progress=_note,
+        ),
+        data,
+        json_out,
+        bench.format_report,
+        f"wrote {out}" + (f" and {plot}" if plot else ""),
+    )
+
+
+def _locomo_report(run: Any, data: Path, json_out: bool, format_report: Any, wrote: str) -> None:
+    """Run a LoCoMo benchmark (``run()``), then print its report as JSON or a table."""
     with _expected_errors():
         try:
-            report = bench.run(
-                data,
-                keys=keys,  # type: ignore[arg-type]
-                out=out,
-                plot=plot,
-                reuse=reuse,
-                cache_dir=cache_dir,
-                retrieval=fusion,
-                embedder=embedder,
-                progress=_note,
-            )
+            report = run()
         except (ValueError, KeyError) as exc:
             _fail(f"{data}: {exc}")
     if json_out:
         _print_json(report)
         return
-    _say(bench.format_report(report))
-    _note(f"wrote {out}" + (f" and {plot}" if plot else ""))
+    _say(format_report(report))
+    _note(wrote)
 
 
 @bench_app.command("locomo-folds")
@@ -329,26 +340,23 @@ def bench_locomo_folds(
     data = _locomo(data)
     embedder = _config_embedder(_load_config(ctx.find_root().obj.config_file))
     out = out or Path(f"locomo-folds-{keys}.json")
-    with _expected_errors():
-        try:
-            report = bench.run(
-                data,
-                keys=keys,  # type: ignore[arg-type]
-                grid=spec,
-                metric=metric,
-                out=out,
-                reuse=reuse,
-                cache_dir=cache_dir,
-                embedder=embedder,
-                progress=_note,
-            )
-        except (ValueError, KeyError) as exc:
-            _fail(f"{data}: {exc}")
-    if json_out:
-        _print_json(report)
-        return
-    _say(bench.format_report(report))
-    _note(f"wrote {out}")
+    _locomo_report(
+        lambda: bench.run(
+            data,
+            keys=keys,  # type: ignore[arg-type]
+            grid=spec,
+            metric=metric,
+            out=out,
+            reuse=reuse,
+            cache_dir=cache_dir,
+            embedder=embedder,
+            progress=_note,
+        ),
+        data,
+        json_out,
+        bench.format_report,
+        f"wrote {out}",
+    )
 
 
 def _config_embedder(config: object) -> Any:
