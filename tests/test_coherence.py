@@ -12,6 +12,7 @@ included. Races that cannot be forced by timing are forced with hooks.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 import os
 import socket
 import subprocess
@@ -653,3 +654,92 @@ def test_postgres_changes_committed_by_a_transaction_in_flight_are_not_missed(
             slow.commit()
         assert keyword_hits(reader, "coffee") == {mid}
         assert keyword_hits(reader, "tea") == set()
+
+
+# -- the row memo: a warm search returns what a cold one does, field by field ---------------
+
+
+def _results(m: Memory, query: str = "anything at all") -> list[dict[str, Any]]:
+    """Every field of every hit but the score (which a cold cache computes alike)."""
+    hits = m.search(query, user_id=USER, top_k=1000)["results"]
+    return sorted(({k: v for k, v in h.items() if k != "score"} for h in hits), key=str)
+
+
+def test_warm_search_results_match_a_cold_reader_after_every_change(
+    backend: str, request: pytest.FixtureRequest, db_path: Path
+) -> None:
+    """Searches keep the rows they read (SQLite's row memo); no change may leave one stale.
+
+    After each change by the reader itself, by another instance and by
+    another OS process — metadata only, a session attached by a repeat, a
+    link from a new memory, a delete, an expiry passing with no write at all
+    — the warm reader's results equal, field by field, a cold reader's.
+    Changing a returned result's metadata changes nothing stored or cached.
+    """
+    spec = store_spec(backend, request, db_path)
+    with open_memory(spec, "test-hash", 64) as reader, open_memory(
+        spec, "test-hash", 64
+    ) as other:
+        child = Child(spec)
+        try:
+
+            def agree() -> None:
+                warm = _results(reader)
+                _results(reader)  # a second warm search reads the memo, if any
+                with open_memory(spec, "test-hash", 64) as cold:
+                    assert _results(reader) == warm == _results(cold)
+
+            a = first_id(reader.add("I like green tea", user_id=USER, infer=False))
+            b = first_id(reader.add("My sister lives in Lisbon", user_id=USER, infer=False))
+            soon = (datetime.now(UTC) + timedelta(seconds=2)).isoformat()
+            c = first_id(
+                reader.add(
+                    "The parking pass is valid today",
+                    user_id=USER,
+                    infer=False,
+                    expiration_date=soon,
+                )
+            )
+            agree()
+            # A caller changing what search returned changes nothing kept.
+            hit = next(h for h in reader.search("tea", user_id=USER)["results"] if h["id"] == a)
+            hit["metadata"]["tampered"] = True
+            hit["memory"] = "tampered"
+            agree()
+            assert all("tampered" not in h["metadata"] for h in _results(reader))
+
+            other.update(a, metadata={"source": "other instance"})
+            agree()
+            assert next(h for h in _results(reader) if h["id"] == a)["metadata"] == {
+                "source": "other instance"
+            }
+            child("update", b, metadata={"source": "child process"})
+            agree()
+            # A repeat in a new run attaches that run to the stored memory.
+            child("add", "My sister lives in Lisbon", user_id=USER, run_id="trip", infer=False)
+            agree()
+            assert "trip" in next(h for h in _results(reader) if h["id"] == b)["run_ids"]
+            # A new memory linked to an old one changes the old one's links.
+            d = first_id(
+                other.add(
+                    "My sister moved to Porto",
+                    user_id=USER,
+                    infer=False,
+                    links={b: "updates"},
+                )
+            )
+            agree()
+            assert d in next(h for h in _results(reader) if h["id"] == b)["linked_memory_ids"]
+            reader.update(a, "I like black coffee")
+            agree()
+            child("delete", d)
+            agree()
+            assert d not in {h["id"] for h in _results(reader)}
+            # Expiry passes without any write: the kept row must not outlive it.
+            assert c in {h["id"] for h in _results(reader)}
+            time.sleep(max(0.0, (datetime.fromisoformat(soon) - datetime.now(UTC)).total_seconds()))
+            time.sleep(0.2)
+            agree()
+            assert c not in {h["id"] for h in _results(reader)}
+        finally:
+            child.close()

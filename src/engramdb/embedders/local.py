@@ -454,6 +454,9 @@ class LocalEmbedder:
         self._expected_sha256 = expected_sha256
         self._graph_path = None if graph_path is None else Path(graph_path).resolve()
         self._graph_sha256 = graph_sha256
+        # The engine once loaded: later calls skip locating the model files (a
+        # package lookup per call, 0.3 ms of every query).
+        self._loaded: Any = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> LocalEmbedder:
@@ -479,13 +482,19 @@ class LocalEmbedder:
         return self._model_path if self._model_path is not None else _bundled_model_path()
 
     def _engine(self) -> _Engine:
-        return _load_engine(self._weights(), self._expected_sha256, self._threads)
+        if self._loaded is None:
+            self._loaded = _load_engine(self._weights(), self._expected_sha256, self._threads)
+        engine: _Engine = self._loaded
+        return engine
 
     def _onnx(self) -> OnnxE5:
-        graph = self._graph_path if self._graph_path is not None else bundled_onnx_path()
-        return _load_onnx(
-            self._weights(), self._expected_sha256, graph, self._graph_sha256, self._threads
-        )
+        if self._loaded is None:
+            graph = self._graph_path if self._graph_path is not None else bundled_onnx_path()
+            self._loaded = _load_onnx(
+                self._weights(), self._expected_sha256, graph, self._graph_sha256, self._threads
+            )
+        engine: OnnxE5 = self._loaded
+        return engine
 
     def load(self) -> None:
         """Load (and verify) the model now instead of on the first embed."""

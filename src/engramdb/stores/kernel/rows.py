@@ -81,7 +81,10 @@ class ValueConverters:
 
 
 def _text_json(value: Any) -> dict[str, Any] | None:
-    return None if value is None else json.loads(value)
+    if value is None:
+        return None
+    # Most memories have no metadata: skip the decoder for them.
+    return {} if value == "{}" else json.loads(value)
 
 
 def _same(value: Any) -> Any:

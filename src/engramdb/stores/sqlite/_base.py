@@ -103,7 +103,7 @@ class _Cache(ScopeCache):
     serialises its catch-ups (the indexes have their own locks for searches).
     """
 
-    __slots__ = ("epoch", "index", "lock", "seq")
+    __slots__ = ("epoch", "index", "lock", "rows", "seq")
 
     def __init__(self, dim: int, epoch: str) -> None:
         super().__init__()
@@ -111,6 +111,7 @@ class _Cache(ScopeCache):
         self.seq = 0
         self.epoch = epoch
         self.lock = threading.Lock()
+        self.rows = RowMemo()
 
     def size(self) -> int:
         return len(self.index)
@@ -130,6 +131,72 @@ class _Cache(ScopeCache):
         super().apply(dead, live, terms)
         if live and vectors is not None:
             self.index.add(np.array(live, dtype=np.int64), vectors)
+
+
+class RowMemo:
+    """The rows searches of one scope read, kept while the file is unchanged.
+
+    A search reads about ninety candidate rows, most of them again and again
+    for the scope's next queries; turning them into records (their JSON,
+    sessions and links: three queries) was a third of a search's time
+    without the query embedding. The memo keeps each row's columns and what
+    its sessions and links were, for :attr:`seq`, the ``meta.seq`` its cache
+    has caught up to. Any committed write moves ``meta.seq`` (in this process
+    or another), the cache's catch-up calls :meth:`reset`, and the memo
+    starts empty, so it never answers for a state older than the cache's.
+
+    Only searches that see the whole cache's scope, without a filter, read it
+    (what they find in it is in their scope by construction; deletion and
+    expiry are checked on its columns); what they read from SQL they put
+    back with the ``seq`` they started from, which :meth:`put` drops if the
+    memo has moved on. Every read builds new records from what is kept, so a
+    caller that changes a result's metadata changes nothing here.
+    """
+
+    __slots__ = ("_entries", "_lock", "seq")
+
+    MAX_ROWS = 4096
+    """Rows kept at most; a full memo starts again empty."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[int, tuple[tuple[Any, ...], MemoryRow]] = {}
+        self.seq = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def reset(self, seq: int) -> None:
+        """The cache caught up to ``seq``: forget every row read before."""
+        with self._lock:
+            if seq != self.seq:
+                self._entries = {}
+                self.seq = seq
+
+    def get(self, rowid: int) -> MemoryRow | None:
+        """A new record of row ``rowid`` as last read, or None when it is not kept."""
+        entry = self._entries.get(rowid)
+        if entry is None:
+            return None
+        raw, row = entry
+        return memory_row(
+            raw,
+            ISO_TEXT,
+            run_ids=row.run_ids,
+            agent_ids=row.agent_ids,
+            linked_ids=row.linked_ids,
+            link_kinds=row.link_kinds,
+        )
+
+    def put(self, seq: int, rows: Sequence[tuple[tuple[Any, ...], MemoryRow]]) -> None:
+        """Keep ``(columns, record)`` pairs read at ``seq``; dropped if the memo moved on."""
+        with self._lock:
+            if seq != self.seq:
+                return
+            if len(self._entries) + len(rows) > self.MAX_ROWS:
+                self._entries = {}
+            for raw, row in rows:
+                self._entries[int(raw[0])] = (raw, row)
 
 
 # What a search reads first: the change counter, the epoch and the binding.

@@ -26,6 +26,7 @@ from engramdb.stores.sqlite._base import (
     _COLS,
     _META,
     F32,
+    RowMemo,
     _Cache,
     _chunks,
     _scope_clause,
@@ -36,6 +37,24 @@ from engramdb.stores.sqlite._base import (
 
 def _table(name: str) -> str:
     return name
+
+
+_Memo = tuple[RowMemo, int, str | None]
+"""A search's view of its cache's row memo: the memo, the ``seq`` the search
+started from, and the time expiry is judged at (None: expired rows count)."""
+
+
+def _memo_for(
+    cache: _Cache, scope: Scope, where: Node | None, include_expired: bool, params: list[Any]
+) -> _Memo | None:
+    """The row memo when a search may use it: over the cache's whole scope, no filter.
+
+    ``params`` are those of :meth:`_Store._where`, whose first is the time
+    expiry is judged at unless ``include_expired``.
+    """
+    if narrowed(scope, where):
+        return None
+    return cache.rows, cache.seq, None if include_expired else str(params[0])
 
 
 # A metadata filter is checked on each index's top n·8, then n·32 (the
@@ -499,7 +518,9 @@ class _Reads(_Store):
             # (scope, filters, liveness) decides what survives. Vectors are in this
             # process: the cosine of every candidate comes from the index.
             cos_keys, cos = cache.index.search(query, keys.size, allowed=keys)
-            found = self._rows_by_rowid(con, keys, sql, params)
+            found = self._rows_by_rowid(
+                con, keys, sql, params, memo=_memo_for(cache, scope, where, include_expired, params)
+            )
         cosine = dict(zip(cos_keys.tolist(), cos.tolist(), strict=True))
         return pool.build(keys, ((key, row, cosine.get(key, 0.0)) for key, row in found.items()))
 
@@ -509,9 +530,30 @@ class _Reads(_Store):
         keys: np.ndarray[Any, np.dtype[np.int64]],
         sql: str,
         params: list[Any],
+        *,
+        memo: _Memo | None = None,
     ) -> dict[int, MemoryRow]:
+        """The rows among ``keys`` that ``sql`` admits, by row id, in row id order.
+
+        With a ``memo`` (a search over its cache's whole scope), the rows it
+        keeps come from it, checked for deletion and expiry, and only the
+        others are read, then kept.
+        """
         found: dict[int, MemoryRow] = {}
-        for chunk in _chunks([int(x) for x in keys], 500):
+        todo = sorted(int(x) for x in keys)
+        if memo is not None:
+            rows, _seq, now = memo
+            missing = []
+            for key in todo:
+                row = rows.get(key)
+                if row is None:
+                    missing.append(key)
+                elif row.deleted_at is None and (
+                    now is None or row.expires_at is None or row.expires_at > now
+                ):
+                    found[key] = row
+            todo = missing
+        for chunk in _chunks(todo, 500):
             # NOT INDEXED: look the rows up by rowid; without statistics SQLite
             # would otherwise scan the scope's index for the other conditions.
             raw = con.execute(
@@ -519,8 +561,13 @@ class _Reads(_Store):
                 f"({','.join('?' * len(chunk))}) AND {sql}",
                 [*chunk, *params],
             ).fetchall()
-            for r, row in zip(raw, self._hydrate(con, raw), strict=True):
+            hydrated = self._hydrate(con, raw)
+            for r, row in zip(raw, hydrated, strict=True):
                 found[int(r[0])] = row
+            if memo is not None:
+                memo[0].put(memo[1], list(zip(raw, hydrated, strict=True)))
+        if memo is not None and todo:
+            found = dict(sorted(found.items()))
         return found
 
     def _refresh(self, kind: str, value: str) -> _Cache | None:
@@ -607,4 +654,5 @@ class _Reads(_Store):
             else None,
         )
         cache.seq = max(cache.seq, seq)
+        cache.rows.reset(cache.seq)
         return cache
