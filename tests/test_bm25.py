@@ -91,3 +91,76 @@ def test_compaction_keeps_results() -> None:
     _, scores = idx.search(["w1", "w2"], 5)
     ref = sorted(reference(rest, ["w1", "w2"]).items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     assert scores.tolist() == pytest.approx([s for _, s in ref], rel=1e-5)
+
+
+def _random_docs(seed: int, count: int) -> dict[int, list[str]]:
+    rng = np.random.default_rng(seed)
+    vocab = [f"w{i}" for i in range(300)]
+    return {
+        int(key): [vocab[int(i)] for i in rng.zipf(1.3, size=int(rng.integers(0, 15))) % 300]
+        for key in rng.choice(10_000, size=count, replace=False)
+    }
+
+
+def _all_scores(idx: BM25Index, queries: list[list[str]]) -> list[tuple[list[int], list[float]]]:
+    out = []
+    for q in queries:
+        keys, scores = idx.search(q, 10_000)
+        out.append((keys.tolist(), [round(float(s), 5) for s in scores]))
+        out.append(([], [round(idx.best_score(q), 5)]))
+    return out
+
+
+def test_bulk_build_equals_one_by_one_through_removals_and_replacements() -> None:
+    """A cold load (one ``add`` of many) and incremental adds index exactly alike.
+
+    Both are checked against the formula, through removals (which leave dead
+    rows in the postings), replacements, a key repeated within one call, and
+    enough removals to compact.
+    """
+    docs = _random_docs(1, 1500)
+    queries = [["w0"], ["w1", "w2"], ["w5", "w0", "w299"], ["w17"], ["absent"]]
+    bulk = build(docs)
+    single = BM25Index()
+    for key, doc in docs.items():
+        single.add([key], [doc])
+    assert _all_scores(bulk, queries) == _all_scores(single, queries)
+    for q in queries:
+        keys, scores = bulk.search(q, 10_000)
+        ref = reference(docs, q)
+        assert set(keys.tolist()) == set(ref)
+        assert all(
+            s == pytest.approx(ref[int(k)], rel=1e-4) for k, s in zip(keys, scores, strict=True)
+        )
+
+    # Remove a third, replace some, repeat a key within one call (the last wins).
+    keys = list(docs)
+    gone, changed = keys[:500], keys[500:800]
+    for idx in (bulk, single):
+        idx.remove(gone)
+    new = {k: ["w1", "w1", "fresh"] for k in changed}
+    bulk.add([*changed, changed[0]], [*new.values(), ["w2"]])
+    for k, doc in new.items():
+        single.add([k], [doc])
+    single.add([changed[0]], [["w2"]])
+    expect = {k: v for k, v in docs.items() if k not in gone} | new | {changed[0]: ["w2"]}
+    queries.append(["fresh"])
+    assert len(bulk) == len(single) == len(expect)
+    assert _all_scores(bulk, queries) == _all_scores(single, queries)
+    for q in queries:
+        keys_found, scores = bulk.search(q, 10_000)
+        ref = reference(expect, q)
+        assert set(keys_found.tolist()) == set(ref)
+        assert all(
+            s == pytest.approx(ref[int(k)], rel=1e-4)
+            for k, s in zip(keys_found, scores, strict=True)
+        )
+
+    # Past 1,000 dead rows and a quarter of the live ones, the index compacts.
+    for idx in (bulk, single):
+        idx.remove(list(expect)[:600])
+    rest = {k: v for k, v in expect.items() if k not in list(expect)[:600]}
+    assert bulk._dead == 0
+    assert _all_scores(bulk, queries) == _all_scores(single, queries)
+    for q in queries:
+        assert set(bulk.search(q, 10_000)[0].tolist()) == set(reference(rest, q))

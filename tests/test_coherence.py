@@ -12,15 +12,16 @@ included. Races that cannot be forced by timing are forced with hooks.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -677,9 +678,7 @@ def test_warm_search_results_match_a_cold_reader_after_every_change(
     Changing a returned result's metadata changes nothing stored or cached.
     """
     spec = store_spec(backend, request, db_path)
-    with open_memory(spec, "test-hash", 64) as reader, open_memory(
-        spec, "test-hash", 64
-    ) as other:
+    with open_memory(spec, "test-hash", 64) as reader, open_memory(spec, "test-hash", 64) as other:
         child = Child(spec)
         try:
 
@@ -743,3 +742,42 @@ def test_warm_search_results_match_a_cold_reader_after_every_change(
             assert c not in {h["id"] for h in _results(reader)}
         finally:
             child.close()
+
+
+def test_sqlite_cold_load_in_chunks_equals_one_read(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold cache is filled chunk by chunk; the result is the one-read cache's, even
+    after a failure part way (the next search reads the missing rows again)."""
+    from engramdb.stores.sqlite import _base, _reads
+
+    spec = str(db_path)
+    with open_memory(spec, "test-hash", 64) as writer:
+        ids = [
+            first_id(writer.add(f"note {i}: tea and {PROBES[i % 8]} day {i}", user_id=USER))
+            for i in range(60)
+        ]
+        writer.delete(ids[3])
+        writer.update(ids[5], "note five: coffee instead")
+    with open_memory(spec, "test-hash", 64) as whole:
+        expected = {w: _results(whole, w) for w in ("tea", "coffee", "rex", "day 7")}
+    assert len(expected["tea"]) == 59
+
+    monkeypatch.setattr(_reads, "_CATCH_UP_ROWS", 7)
+    with open_memory(spec, "test-hash", 64) as chunked:
+        assert {w: _results(chunked, w) for w in expected} == expected
+
+    calls = {"n": 0}
+    apply = _base._Cache.apply
+
+    def failing(self: Any, *args: Any, **kwargs: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise sqlite3.OperationalError("disk I/O error (injected)")
+        apply(self, *args, **kwargs)
+
+    monkeypatch.setattr(_base._Cache, "apply", failing)
+    with open_memory(spec, "test-hash", 64) as flaky:
+        with pytest.raises(Exception, match="injected"):
+            flaky.search("tea", user_id=USER)
+        assert {w: _results(flaky, w) for w in expected} == expected

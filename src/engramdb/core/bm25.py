@@ -10,8 +10,11 @@ cache, rebuilt from the stored terms like the vector index.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
+from array import array
+from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,6 +24,9 @@ __all__ = ["BM25Index"]
 
 Keys = npt.NDArray[np.int64]
 Scores = npt.NDArray[np.float32]
+
+_BULK = 256
+"""Documents per ``add`` from which postings are built by one sort, not one by one."""
 
 
 class BM25Index:
@@ -43,17 +49,23 @@ class BM25Index:
 
     def _clear(self) -> None:
         """Drop every document (the lock is the caller's business)."""
-        self._row_of: dict[int, int] = {}
-        self._keys: list[int] = []
-        self._doc_terms: list[dict[str, int] | None] = []  # None = removed
-        self._lengths: list[int] = []
+        # Typed arrays, not lists, for what grows with the documents (8 bytes an
+        # entry instead of an int object and its pointer), and no per-document
+        # record of its terms: the postings hold them, and a removed row is only
+        # marked dead. Per document that kept a tuple of its terms and the
+        # strings in it alive: most of the index's memory (docs/benchmarks.md).
+        self._row_of: dict[int, int] = {}  # key -> row, live rows only
+        self._keys = array("q")  # row -> key
+        self._alive = bytearray()  # row -> 1 live, 0 removed
+        self._lengths = array("q")  # row -> terms in the document
         # term -> (rows, term frequencies), appended in step; may hold dead rows
-        self._postings: dict[str, tuple[list[int], list[int]]] = {}
-        self._df: dict[str, int] = {}  # live documents per term
+        self._postings: dict[str, tuple[array[int], array[int]]] = {}
         self._total_len = 0
         self._live = 0
         self._dead = 0
-        self._arrays: dict[str, tuple[npt.NDArray[np.int64], Scores]] = {}
+        self._removals = 0  # rows removed so far: tells a cached posting it may hold dead rows
+        # term -> its live postings as arrays, and ``_removals`` when they were read
+        self._arrays: dict[str, tuple[npt.NDArray[np.int64], Scores, int]] = {}
         self._lengths_arr: Scores | None = None
         self._keys_arr: Keys | None = None
         self._alive_arr: npt.NDArray[np.bool_] | None = None
@@ -64,29 +76,72 @@ class BM25Index:
             return self._live
 
     def add(self, keys: Sequence[int] | Keys, docs: Sequence[Sequence[str]]) -> None:
-        """Index each key's terms; a key indexed before is replaced."""
+        """Index each key's terms; a key indexed before is replaced (within a call, the last)."""
         if len(keys) != len(docs):
             raise ValueError(f"{len(keys)} keys but {len(docs)} documents")
+        key_list = [int(k) for k in keys]
+        doc_list = list(docs)
+        if len(set(key_list)) != len(key_list):
+            last = {key: i for i, key in enumerate(key_list)}
+            kept = sorted(last.values())
+            key_list = [key_list[i] for i in kept]
+            doc_list = [doc_list[i] for i in kept]
         with self._lock:
-            self.remove([int(k) for k in keys])
-            for key, terms in zip(keys, docs, strict=True):
-                counts: dict[str, int] = {}
-                for term in terms:
-                    counts[term] = counts.get(term, 0) + 1
-                row = len(self._keys)
-                self._row_of[int(key)] = row
-                self._keys.append(int(key))
-                self._doc_terms.append(counts)
+            self.remove(key_list)
+            start = len(self._keys)
+            for offset, (key, terms) in enumerate(zip(key_list, doc_list, strict=True)):
+                self._row_of[key] = start + offset
                 self._lengths.append(len(terms))
                 self._total_len += len(terms)
-                self._live += 1
-                for term, tf in counts.items():
-                    rows, tfs = self._postings.setdefault(term, ([], []))
-                    rows.append(row)
-                    tfs.append(tf)
-                    self._df[term] = self._df.get(term, 0) + 1
-                    self._arrays.pop(term, None)
+            self._keys.extend(key_list)
+            self._alive.extend(b"\x01" * len(key_list))
+            self._live += len(key_list)
+            if len(key_list) >= _BULK:
+                self._post_bulk(start, doc_list)
+            else:
+                for offset, terms in enumerate(doc_list):
+                    counts: dict[str, int] = {}
+                    for term in terms:
+                        counts[term] = counts.get(term, 0) + 1
+                    for term, tf in counts.items():
+                        rows, tfs = self._postings.setdefault(term, (array("q"), array("q")))
+                        rows.append(start + offset)
+                        tfs.append(tf)
+                        self._arrays.pop(term, None)
             self._lengths_arr = None
+
+    def _post_bulk(self, start: int, docs: Sequence[Sequence[str]]) -> None:
+        """Append the postings of ``docs`` (rows ``start``, ``start + 1``, ...) at once.
+
+        A cold cache loads a whole scope through here: term ids for every
+        occurrence, then one sort of (term, row) pairs gives each term's rows
+        and frequencies, appended per term instead of per occurrence
+        (100k documents: 4.8 s of Python before, docs/benchmarks.md).
+        """
+        # Each new term gets the next id; the lookup runs in C over every occurrence.
+        ids: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+        occurrences = np.fromiter(
+            map(ids.__getitem__, itertools.chain.from_iterable(docs)), dtype=np.int64
+        )
+        if occurrences.size == 0:
+            return
+        lengths = np.fromiter((len(terms) for terms in docs), dtype=np.int64, count=len(docs))
+        rows = np.repeat(np.arange(start, start + len(docs), dtype=np.int64), lengths)
+        span = start + len(docs)
+        pairs, tf = np.unique(occurrences * span + rows, return_counts=True)
+        term_ids = pairs // span
+        post_rows = pairs - term_ids * span
+        tf64 = tf.astype(np.int64)
+        cuts = np.flatnonzero(np.diff(term_ids)) + 1
+        firsts = np.concatenate(([0], cuts)).tolist()
+        lasts = [*cuts.tolist(), int(pairs.size)]
+        terms = list(ids)
+        for first, last, term_id in zip(firsts, lasts, term_ids[firsts].tolist(), strict=True):
+            term = terms[term_id]
+            stored = self._postings.setdefault(term, (array("q"), array("q")))
+            stored[0].frombytes(post_rows[first:last].tobytes())
+            stored[1].frombytes(tf64[first:last].tobytes())
+            self._arrays.pop(term, None)
 
     def remove(self, keys: Sequence[int] | Keys) -> int:
         """Forget these keys (unknown keys are ignored); returns how many were removed."""
@@ -96,50 +151,63 @@ class BM25Index:
                 row = self._row_of.pop(int(key), None)
                 if row is None:
                     continue
-                counts = self._doc_terms[row]
-                assert counts is not None
-                for term in counts:
-                    self._df[term] -= 1
-                    self._arrays.pop(term, None)
-                self._doc_terms[row] = None
+                self._alive[row] = 0
                 if self._alive_arr is not None and row < self._alive_arr.size:
                     self._alive_arr[row] = False
                 self._total_len -= self._lengths[row]
                 self._live -= 1
                 self._dead += 1
                 removed += 1
+            self._removals += removed
             if self._dead > 1000 and self._dead > self._live // 4:
                 self._compact()
         return removed
 
     def _compact(self) -> None:
-        keys = [self._keys[r] for r in self._row_of.values()]
-        docs = [
-            [t for t, n in (self._doc_terms[r] or {}).items() for _ in range(n)]
-            for r in self._row_of.values()
-        ]
+        live_rows = list(self._row_of.values())
+        keys = [self._keys[r] for r in live_rows]
+        # Each live document again, from the postings (they hold its counts).
+        docs_of: dict[int, list[str]] = {r: [] for r in live_rows}
+        for term, (rows, tfs) in self._postings.items():
+            for row, tf in zip(rows, tfs, strict=True):
+                doc = docs_of.get(row)
+                if doc is not None:
+                    doc.extend([term] * tf)
+        docs = [docs_of[r] for r in live_rows]
         # Rebuilt in place under the lock the caller holds; re-running __init__
         # here used to swap the lock, letting other threads in mid-rebuild.
         self._clear()
         self.add(keys, docs)
 
     def _postings_of(self, term: str) -> tuple[npt.NDArray[np.int64], Scores]:
+        """The live rows holding ``term`` and its frequency in each (empty when none)."""
         cached = self._arrays.get(term)
-        if cached is None:
-            rows_list, tfs_list = self._postings.get(term, ([], []))
-            rows = np.array(rows_list, dtype=np.int64)
-            tfs = np.array(tfs_list, dtype=np.float32)
-            live = self._alive_array()[rows]
-            if not live.all():
-                rows, tfs = rows[live], tfs[live]
-                self._postings[term] = (rows.tolist(), tfs.astype(np.int64).tolist())
-            cached = (rows, tfs)
-            self._arrays[term] = cached
-        return cached
+        if cached is not None and cached[2] == self._removals:
+            return cached[0], cached[1]
+        if cached is not None:
+            rows, tfs = cached[0], cached[1]
+        else:
+            stored = self._postings.get(term)
+            if stored is None:
+                return np.empty(0, np.int64), np.empty(0, np.float32)
+            rows = np.array(stored[0], dtype=np.int64)
+            tfs = np.array(stored[1], dtype=np.float32)
+        live = self._alive_array()[rows]
+        if not live.all():
+            rows, tfs = rows[live], tfs[live]
+            if rows.size:
+                self._postings[term] = (
+                    array("q", rows.tobytes()),
+                    array("q", tfs.astype(np.int64).tobytes()),
+                )
+            else:
+                del self._postings[term]
+        self._arrays[term] = (rows, tfs, self._removals)
+        return rows, tfs
 
     def _alive_array(self) -> npt.NDArray[np.bool_]:
-        if self._alive_arr is None or self._alive_arr.size != len(self._doc_terms):
-            self._alive_arr = np.array([d is not None for d in self._doc_terms], dtype=bool)
+        if self._alive_arr is None or self._alive_arr.size != len(self._alive):
+            self._alive_arr = np.frombuffer(bytes(self._alive), dtype=np.bool_).copy()
         return self._alive_arr
 
     def search(
@@ -177,7 +245,7 @@ class BM25Index:
             scores = np.zeros(n, dtype=np.float32)
             hit = np.zeros(n, dtype=bool)
             for term in dict.fromkeys(terms):
-                if self._df.get(term, 0) <= 0:
+                if term not in self._postings:
                     continue
                 rows, tf = self._postings_of(term)
                 if members is not None:
@@ -227,7 +295,7 @@ class BM25Index:
                 avgdl = float(self._lengths_arr[members].sum()) / live
 
             def df_of(term: str) -> int:  # as search() counts it
-                if self._df.get(term, 0) <= 0:
+                if term not in self._postings:
                     return 0
                 rows, _ = self._postings_of(term)
                 return int(rows.size if members is None else members[rows].sum())

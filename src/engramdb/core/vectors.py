@@ -192,7 +192,12 @@ class VectorIndex:
 
     # ------------------------------------------------------------ mutations
 
-    def add(self, keys: npt.ArrayLike, vectors: npt.ArrayLike) -> None:
+    def reserve(self, rows: int) -> None:
+        """Make room for ``rows`` rows in all, so adds up to that many copy nothing."""
+        with self._lock:
+            self._reserve(rows)
+
+    def add(self, keys: npt.ArrayLike, vectors: npt.ArrayLike, *, refit: bool = True) -> None:
         """Add vectors under ``keys``; a key already present gets the new vector.
 
         Args:
@@ -200,6 +205,10 @@ class VectorIndex:
                 key keeps its last vector.
             vectors: shape ``(n, dim)``; normalised here, so any non-zero
                 finite vectors are accepted.
+            refit: whether the prefilter may be fitted or refitted now (its
+                schedule: docs/vector-index.md). A load in chunks passes
+                False, then calls :meth:`refit` once: new rows are projected
+                either way, so searches in between stay correct.
 
         Raises:
             ValueError: wrong shapes, a dimension other than ``dim``, or a
@@ -244,6 +253,12 @@ class VectorIndex:
                     self._proj[start:stop] = self._project(vecs[fresh])
                 self._row_of.update(zip(new_keys.tolist(), range(start, stop), strict=True))
                 self._size = stop
+            if refit:
+                self._refresh_prefilter()
+
+    def refit(self) -> None:
+        """Fit or refit the prefilter if its schedule says so (after adds with ``refit=False``)."""
+        with self._lock:
             self._refresh_prefilter()
 
     def remove(self, keys: npt.ArrayLike) -> int:

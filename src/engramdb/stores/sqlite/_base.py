@@ -122,15 +122,21 @@ class _Cache(ScopeCache):
         live: Sequence[int],
         terms: Sequence[list[str]],
         vectors: np.ndarray[Any, Any] | None = None,
+        *,
+        refit: bool = True,
     ) -> None:
-        """Apply a catch-up to both indexes; ``vectors`` holds the ``live`` rows' vectors."""
+        """Apply a catch-up to both indexes; ``vectors`` holds the ``live`` rows' vectors.
+
+        ``refit=False``: one chunk of a longer catch-up, which refits the
+        vector prefilter once at its end (:meth:`VectorIndex.refit`).
+        """
         if live and vectors is None:
             raise ValueError("the vector cache needs the vectors of the live rows")
         if dead:
             self.index.remove(np.array(dead, dtype=np.int64))
         super().apply(dead, live, terms)
         if live and vectors is not None:
-            self.index.add(np.array(live, dtype=np.int64), vectors)
+            self.index.add(np.array(live, dtype=np.int64), vectors, refit=refit)
 
 
 class RowMemo:

@@ -66,6 +66,8 @@ _ROUNDS = 2
 _MARGIN = 1.5  # widen only when the next round should keep 1.5n
 # Rowid sets of filters and second scope ids kept until the next write (_allowed_kept).
 _KEPT_SETS = 16
+# Rows a cache's catch-up reads and applies at a time (_catch_up).
+_CATCH_UP_ROWS = 4096
 
 
 class _Reads(_Store):
@@ -627,7 +629,6 @@ class _Reads(_Store):
                 "WHERE kind = ? AND value = ?))"
             )
             params = [value, kind, value]
-        rows: list[Any] = []
         with self._read() as con:
             meta = dict(con.execute(_META).fetchall())
             bound = self._bound_in(meta)
@@ -637,22 +638,43 @@ class _Reads(_Store):
                 cache = _Cache(dim, meta["epoch"])
             seq = int(meta["seq"])
             if cache.seq < seq:
-                rows = con.execute(
+                if cache.seq == 0:
+                    # A cold load: size the vector arrays once instead of growing them.
+                    (count,) = con.execute(
+                        f"SELECT count(*) FROM memories m WHERE m.seq <= ? AND {member}",
+                        [seq, *params],
+                    ).fetchone()
+                    cache.index.reserve(len(cache.index) + int(count))
+                cursor = con.execute(
                     "SELECT m.rowid, m.deleted_at IS NULL, v.embedding, f.terms FROM memories m "
                     "JOIN memory_vectors v ON v.memory_rowid = m.rowid "
                     "LEFT JOIN memory_fts f ON f.rowid = m.rowid "
                     f"WHERE m.seq > ? AND m.seq <= ? AND {member}",
                     [cache.seq, seq, *params],
-                ).fetchall()
-        live = [r for r in rows if r[1]]
-        cache.apply(
-            [r[0] for r in rows if not r[1]],
-            [r[0] for r in live],
-            [(r[3] or "").split() for r in live],
-            np.frombuffer(b"".join(r[2] for r in live), dtype=F32).reshape(len(live), -1)
-            if live
-            else None,
-        )
+                )
+                # Applied chunk by chunk: a cold load of a whole scope never holds
+                # every row's vector and terms as Python objects at once. Those used
+                # to stay resident after the load (the allocator could not hand back
+                # memory interleaved with what the indexes keep): at 100k memories a
+                # process's RSS after its first search was 1,001 MB, now about 600
+                # (docs/benchmarks.md, "Cold start and memory"). A failure part way
+                # leaves ``seq`` behind, so the next catch-up reads those rows again
+                # (applying a row twice is harmless: add replaces, remove is idempotent).
+                while rows := cursor.fetchmany(_CATCH_UP_ROWS):
+                    live = [r for r in rows if r[1]]
+                    cache.apply(
+                        [r[0] for r in rows if not r[1]],
+                        [r[0] for r in live],
+                        [(r[3] or "").split() for r in live],
+                        np.frombuffer(b"".join(r[2] for r in live), dtype=F32).reshape(
+                            len(live), -1
+                        )
+                        if live
+                        else None,
+                        refit=False,
+                    )
+                    del rows, live
+        cache.index.refit()
         cache.seq = max(cache.seq, seq)
         cache.rows.reset(cache.seq)
         return cache
