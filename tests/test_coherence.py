@@ -781,3 +781,44 @@ def test_sqlite_cold_load_in_chunks_equals_one_read(
         with pytest.raises(Exception, match="injected"):
             flaky.search("tea", user_id=USER)
         assert {w: _results(flaky, w) for w in expected} == expected
+
+
+def test_entity_degrees_follow_every_write(
+    backend: str, request: pytest.FixtureRequest, db_path: Path
+) -> None:
+    """Entity degrees a search counted are kept until the next write (SQLite's
+    DegreeMemo): after writes by another instance and another process that change how
+    many memories name an entity, a warm search's entity parts equal a cold one's."""
+    spec = store_spec(backend, request, db_path)
+
+    def entity_parts(m: Memory) -> dict[str, float]:
+        hits = m.search("What did Caroline paint?", user_id=USER, top_k=100, explain=True)
+        return {h["id"]: h["score_details"]["entity"] for h in hits["results"]}
+
+    with open_memory(spec, "test-hash", 64) as reader, open_memory(spec, "test-hash", 64) as other:
+        child = Child(spec)
+        try:
+            for i in range(3):
+                reader.add(f"Caroline painted a lake, picture {i}", user_id=USER, infer=False)
+            reader.add("Melanie went camping", user_id=USER, infer=False)
+
+            def agree() -> dict[str, float]:
+                warm = entity_parts(reader)
+                assert entity_parts(reader) == warm  # the second search reads the memo
+                with open_memory(spec, "test-hash", 64) as cold:
+                    assert entity_parts(cold) == warm
+                return warm
+
+            first = agree()
+            other.add("Caroline painted a sunrise", user_id=USER, infer=False)
+            second = agree()
+            assert max(second.values()) < max(first.values())  # a commoner entity
+            for i in range(3):
+                child("add", f"Caroline went to a support group {i}", user_id=USER, infer=False)
+            agree()
+            victim = next(iter(first))
+            child("delete", victim)
+            after = agree()
+            assert victim not in after
+        finally:
+            child.close()

@@ -103,7 +103,7 @@ class _Cache(ScopeCache):
     serialises its catch-ups (the indexes have their own locks for searches).
     """
 
-    __slots__ = ("epoch", "index", "lock", "rows", "seq")
+    __slots__ = ("degrees", "epoch", "index", "lock", "rows", "seq")
 
     def __init__(self, dim: int, epoch: str) -> None:
         super().__init__()
@@ -112,6 +112,7 @@ class _Cache(ScopeCache):
         self.epoch = epoch
         self.lock = threading.Lock()
         self.rows = RowMemo()
+        self.degrees = DegreeMemo()
 
     def size(self) -> int:
         return len(self.index)
@@ -203,6 +204,44 @@ class RowMemo:
                 self._entries = {}
             for raw, row in rows:
                 self._entries[int(raw[0])] = (raw, row)
+
+
+class DegreeMemo:
+    """Entity degrees searches counted, kept for one ``meta.seq`` as :class:`RowMemo` keeps rows.
+
+    Keyed by the search's conditions and the entity; :meth:`reset` by the
+    cache's catch-up, :meth:`put` dropped if the memo has moved on.
+    """
+
+    __slots__ = ("_entries", "_lock", "seq")
+
+    MAX_ENTRIES = 8192
+    """Counts kept at most; a full memo starts again empty."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[Any, int] = {}
+        self.seq = 0
+
+    def reset(self, seq: int) -> None:
+        """The cache caught up to ``seq``: forget every count made before."""
+        with self._lock:
+            if seq != self.seq:
+                self._entries = {}
+                self.seq = seq
+
+    def get(self, key: Any) -> int | None:
+        """The count kept under ``key``, or None."""
+        return self._entries.get(key)
+
+    def put(self, seq: int, counts: Sequence[tuple[Any, int]]) -> None:
+        """Keep ``(key, count)`` pairs counted at ``seq``; dropped if the memo moved on."""
+        with self._lock:
+            if seq != self.seq:
+                return
+            if len(self._entries) + len(counts) > self.MAX_ENTRIES:
+                self._entries = {}
+            self._entries.update(counts)
 
 
 # What a search reads first: the change counter, the epoch and the binding.
