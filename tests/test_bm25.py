@@ -111,6 +111,16 @@ def _all_scores(idx: BM25Index, queries: list[list[str]]) -> list[tuple[list[int
     return out
 
 
+def assert_formula(idx: BM25Index, docs: dict[int, list[str]], queries: list[list[str]]) -> None:
+    """Every query's hits and scores are the formula's over ``docs``."""
+    for q in queries:
+        keys, scores = idx.search(q, 10_000)
+        ref = reference(docs, q)
+        assert set(keys.tolist()) == set(ref)
+        for key, score in zip(keys, scores, strict=True):
+            assert score == pytest.approx(ref[int(key)], rel=1e-4)
+
+
 def test_bulk_build_equals_one_by_one_through_removals_and_replacements() -> None:
     """A cold load (one ``add`` of many) and incremental adds index exactly alike.
 
@@ -125,13 +135,7 @@ def test_bulk_build_equals_one_by_one_through_removals_and_replacements() -> Non
     for key, doc in docs.items():
         single.add([key], [doc])
     assert _all_scores(bulk, queries) == _all_scores(single, queries)
-    for q in queries:
-        keys, scores = bulk.search(q, 10_000)
-        ref = reference(docs, q)
-        assert set(keys.tolist()) == set(ref)
-        assert all(
-            s == pytest.approx(ref[int(k)], rel=1e-4) for k, s in zip(keys, scores, strict=True)
-        )
+    assert_formula(bulk, docs, queries)
 
     # Remove a third, replace some, repeat a key within one call (the last wins).
     keys = list(docs)
@@ -147,14 +151,7 @@ def test_bulk_build_equals_one_by_one_through_removals_and_replacements() -> Non
     queries.append(["fresh"])
     assert len(bulk) == len(single) == len(expect)
     assert _all_scores(bulk, queries) == _all_scores(single, queries)
-    for q in queries:
-        keys_found, scores = bulk.search(q, 10_000)
-        ref = reference(expect, q)
-        assert set(keys_found.tolist()) == set(ref)
-        assert all(
-            s == pytest.approx(ref[int(k)], rel=1e-4)
-            for k, s in zip(keys_found, scores, strict=True)
-        )
+    assert_formula(bulk, expect, queries)
 
     # Past 1,000 dead rows and a quarter of the live ones, the index compacts.
     for idx in (bulk, single):

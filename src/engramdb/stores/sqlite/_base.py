@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -96,6 +96,10 @@ def _sees_clause(scope: Scope) -> tuple[str, list[Any]]:
     return row_scope_clause(scope, SQLITE, "memory_scope")
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
 class _Cache(ScopeCache):
     """The vector and keyword indexes of one primary scope id, and how current they are.
 
@@ -140,45 +144,61 @@ class _Cache(ScopeCache):
             self.index.add(np.array(live, dtype=np.int64), vectors, refit=refit)
 
 
-class RowMemo:
-    """The rows searches of one scope read, kept while the file is unchanged.
+class SeqMemo(Generic[K, V]):
+    """What searches read, kept for one ``meta.seq`` (:class:`RowMemo`, :class:`DegreeMemo`).
 
-    A search reads about ninety candidate rows, most of them again and again
-    for the scope's next queries; turning them into records (their JSON,
-    sessions and links: three queries) was a third of a search's time
-    without the query embedding. The memo keeps each row's columns and what
-    its sessions and links were, for :attr:`seq`, the ``meta.seq`` its cache
-    has caught up to. Any committed write moves ``meta.seq`` (in this process
-    or another), the cache's catch-up calls :meth:`reset`, and the memo
-    starts empty, so it never answers for a state older than the cache's.
-
-    Only searches that see the whole cache's scope, without a filter, read it
-    (what they find in it is in their scope by construction; deletion and
-    expiry are checked on its columns); what they read from SQL they put
-    back with the ``seq`` they started from, which :meth:`put` drops if the
-    memo has moved on. Every read builds new records from what is kept, so a
-    caller that changes a result's metadata changes nothing here.
+    :attr:`seq` is the ``meta.seq`` the memo's cache has caught up to. Any
+    committed write moves ``meta.seq`` (in this process or another), the
+    cache's catch-up calls :meth:`reset`, and the memo starts empty, so it
+    never answers for a state older than the cache's. A search puts back
+    what it read with the ``seq`` it started from, which :meth:`put` drops if
+    the memo has moved on meanwhile. A full memo starts again empty.
     """
 
     __slots__ = ("_entries", "_lock", "seq")
 
-    MAX_ROWS = 4096
-    """Rows kept at most; a full memo starts again empty."""
+    MAX_ENTRIES = 4096
+    """Entries kept at most."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[int, tuple[tuple[Any, ...], MemoryRow]] = {}
+        self._entries: dict[K, V] = {}
         self.seq = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def reset(self, seq: int) -> None:
-        """The cache caught up to ``seq``: forget every row read before."""
+        """The cache caught up to ``seq``: forget everything read before."""
         with self._lock:
             if seq != self.seq:
                 self._entries = {}
                 self.seq = seq
+
+    def put(self, seq: int, entries: Sequence[tuple[K, V]]) -> None:
+        """Keep ``(key, value)`` pairs read at ``seq``; dropped if the memo moved on."""
+        with self._lock:
+            if seq != self.seq:
+                return
+            if len(self._entries) + len(entries) > self.MAX_ENTRIES:
+                self._entries = {}
+            self._entries.update(entries)
+
+
+class RowMemo(SeqMemo[int, tuple[tuple[Any, ...], MemoryRow]]):
+    """The rows searches of one scope read, by row id: their columns and records.
+
+    A search reads about ninety candidate rows, most of them again and again
+    for the scope's next queries; turning them into records (their JSON,
+    sessions and links: three queries) was a third of a search's time
+    without the query embedding. Only searches that see the whole cache's
+    scope, without a filter, read it (what they find in it is in their scope
+    by construction; deletion and expiry are checked on its columns). Every
+    read builds new records from what is kept, so a caller that changes a
+    result's metadata changes nothing here.
+    """
+
+    __slots__ = ()
 
     def get(self, rowid: int) -> MemoryRow | None:
         """A new record of row ``rowid`` as last read, or None when it is not kept."""
@@ -195,53 +215,21 @@ class RowMemo:
             link_kinds=row.link_kinds,
         )
 
-    def put(self, seq: int, rows: Sequence[tuple[tuple[Any, ...], MemoryRow]]) -> None:
-        """Keep ``(columns, record)`` pairs read at ``seq``; dropped if the memo moved on."""
-        with self._lock:
-            if seq != self.seq:
-                return
-            if len(self._entries) + len(rows) > self.MAX_ROWS:
-                self._entries = {}
-            for raw, row in rows:
-                self._entries[int(raw[0])] = (raw, row)
+    def keep(self, seq: int, rows: Sequence[tuple[tuple[Any, ...], MemoryRow]]) -> None:
+        """Keep ``(columns, record)`` pairs read at ``seq``, by the row id in the columns."""
+        self.put(seq, [(int(raw[0]), (raw, row)) for raw, row in rows])
 
 
-class DegreeMemo:
-    """Entity degrees searches counted, kept for one ``meta.seq`` as :class:`RowMemo` keeps rows.
+class DegreeMemo(SeqMemo[Any, int]):
+    """Entity degrees searches counted, by the search's conditions and the entity."""
 
-    Keyed by the search's conditions and the entity; :meth:`reset` by the
-    cache's catch-up, :meth:`put` dropped if the memo has moved on.
-    """
-
-    __slots__ = ("_entries", "_lock", "seq")
+    __slots__ = ()
 
     MAX_ENTRIES = 8192
-    """Counts kept at most; a full memo starts again empty."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._entries: dict[Any, int] = {}
-        self.seq = 0
-
-    def reset(self, seq: int) -> None:
-        """The cache caught up to ``seq``: forget every count made before."""
-        with self._lock:
-            if seq != self.seq:
-                self._entries = {}
-                self.seq = seq
 
     def get(self, key: Any) -> int | None:
         """The count kept under ``key``, or None."""
         return self._entries.get(key)
-
-    def put(self, seq: int, counts: Sequence[tuple[Any, int]]) -> None:
-        """Keep ``(key, count)`` pairs counted at ``seq``; dropped if the memo moved on."""
-        with self._lock:
-            if seq != self.seq:
-                return
-            if len(self._entries) + len(counts) > self.MAX_ENTRIES:
-                self._entries = {}
-            self._entries.update(counts)
 
 
 # What a search reads first: the change counter, the epoch and the binding.

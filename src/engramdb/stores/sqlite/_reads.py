@@ -607,7 +607,7 @@ class _Reads(_Store):
             for r, row in zip(raw, hydrated, strict=True):
                 found[int(r[0])] = row
             if memo is not None:
-                memo[0].put(memo[1], list(zip(raw, hydrated, strict=True)))
+                memo[0].keep(memo[1], list(zip(raw, hydrated, strict=True)))
         if memo is not None and todo:
             found = dict(sorted(found.items()))
         return found
