@@ -22,7 +22,7 @@ from engramdb._engine import Complete, EmbedDocuments, EmbedQuery, Emit, Flow, s
 from engramdb._time import utc_now
 from engramdb.config import EngramConfig, ExtractionConfig
 from engramdb.core.filters import CORE_FIELDS, And, Node, evaluate, parse_filters, split_scope
-from engramdb.core.records import LINK_KINDS
+from engramdb.core.records import LINK_KINDS, Candidate
 from engramdb.core.text import content_hash
 from engramdb.core.validate import (
     check_id,
@@ -44,6 +44,19 @@ from engramdb.errors import (
     ReplyFormatError,
     ScopeError,
     ValidationError,
+)
+from engramdb.expand import (
+    diversify,
+    entity_hop_on,
+    is_message,
+    lend_through_entities,
+    lend_to_neighbours,
+    named_periods,
+    neighbour_span,
+    neighbours_on,
+    weigh_by_time,
+    weigh_when,
+    when_asked,
 )
 from engramdb.extract import (
     ADDITIVE_SCHEMA,
@@ -69,9 +82,11 @@ from engramdb.extract import (
     vision_prompt,
 )
 from engramdb.nlp import extract_entities, index_terms
+from engramdb.nlp.querytime import Period
 from engramdb.rerank import LLMReranker, Reranker
 from engramdb.search import (
     Hit,
+    QueryPlan,
     apply_recency,
     apply_rerank,
     calibrate,
@@ -799,8 +814,13 @@ class Operations:
         *,
         rerank: bool = False,
         include_expired: bool = False,
+        now: str | None = None,
     ) -> Flow[list[Hit]]:
-        """Candidates from every signal, fused (search.py); reranked if configured."""
+        """Candidates from every signal, fused (search.py); reranked if configured.
+
+        ``now`` (the search's ``as_of``, else the present) resolves relative
+        times of the query for the time lever.
+        """
         cfg = self.fusion
         plan = plan_query(query, cfg)
         second = cfg.rerank if rerank else None
@@ -815,7 +835,21 @@ class Operations:
             max(cfg.pool, want),
             include_expired=include_expired,
         )
-        hits = fuse(candidates, cfg, plan, limit=want)
+        periods = named_periods(query, cfg, now or utc_now())
+        asked = when_asked(query, cfg)
+        if neighbours_on(cfg) or entity_hop_on(cfg) or periods or asked or cfg.session_decay < 1.0:
+            hits = yield from self._second_stage(
+                scope,
+                where,
+                candidates,
+                plan,
+                want,
+                periods,
+                asks_when=asked,
+                include_expired=include_expired,
+            )
+        else:
+            hits = fuse(candidates, cfg, plan, limit=want)
         # The fused order stands; the score is read from it (search.py), before a
         # reranker blends its grades in on the same scale.
         hits = calibrate(hits, cfg)
@@ -827,6 +861,56 @@ class Operations:
             else:
                 hits = apply_rerank(hits, grades, second.weight)
         return hits[:k]
+
+    def _second_stage(
+        self,
+        scope: Scope,
+        where: Node | None,
+        candidates: list[Candidate],
+        plan: QueryPlan,
+        want: int,
+        periods: Sequence[Period] = (),
+        *,
+        asks_when: bool = False,
+        include_expired: bool,
+    ) -> Flow[list[Hit]]:
+        """Fused hits with the levers of expand.py (time, "when", neighbours, hop, diversity)."""
+        cfg = self.fusion
+        # Lending only raises scores, so a candidate below the first ``want`` stays
+        # below them unless a hit lends to it (then it joins with the lent score, the
+        # larger one): the first ``want`` suffice. The time and session discounts lower
+        # scores, so with either every candidate is scored.
+        whole = cfg.session_decay < 1.0 or bool(periods) or asks_when
+        hits = fuse(candidates, cfg, plan, limit=None if whole else want)
+        if periods:
+            hits = weigh_by_time(hits, periods, cfg)
+        if asks_when:
+            hits = weigh_when(hits, cfg)
+        # Both lenders take their anchors from the same (fused, time-weighed) ranking.
+        fused = list(hits)
+        anchors = [h.row.id for h in fused[: cfg.neighbour_hits] if is_message(h.row)]
+        if neighbours_on(cfg) and anchors:
+            near = yield from store_call(
+                Store.neighbours,
+                scope,
+                where,
+                anchors,
+                neighbour_span(cfg),
+                include_expired=include_expired,
+            )
+            hits = lend_to_neighbours(hits, near, cfg)
+        if entity_hop_on(cfg) and fused:
+            hop_anchors = fused[: cfg.entity_hop_hits]
+            links = yield from store_call(
+                Store.entity_hop,
+                scope,
+                where,
+                [h.row.id for h in hop_anchors],
+                cfg.entity_hop_max_degree,
+                include_expired=include_expired,
+            )
+            hits = lend_through_entities(hits, hop_anchors, links, cfg)
+        return diversify(hits, cfg, want)
 
     def _additive(
         self,
@@ -1138,6 +1222,7 @@ class Operations:
             k,
             rerank=rerank is not False,
             include_expired=bool(show_expired) or at is not None,
+            now=at,
         )
         hits = apply_recency(hits, self.fusion, at or utc_now())
         # Superseders come from the search's own scope: a run-scoped search never

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,6 +46,7 @@ __all__ = [
     "document_terms",
     "document_text",
     "fuse",
+    "informative_factors",
     "plan_query",
     "rank_superseded",
     "recency_factor",
@@ -74,7 +76,7 @@ class ScoreCalibration(BaseModel):
     """The cosine between a query and a memory of the same text (the local model
     embeds queries and passages with different prefixes, so it is not 1)."""
 
-    center: float = Field(default=0.76, ge=0, le=1)
+    center: float = Field(default=0.77, ge=0, le=1)
     """The fused score that maps to 0.5."""
     width: float = Field(default=0.06, gt=0, le=1)
     """How fast the curve rises around ``center`` (fused units per e-fold)."""
@@ -143,13 +145,89 @@ class FusionConfig(BaseModel):
     memory is never dropped by it, and its stored data never changes."""
     recency_half_life_days: float = Field(default=180.0, gt=0)
     """The age at which the decay takes half of ``recency_weight`` off."""
+    neighbour_hits: int = Field(default=2, ge=0, le=50)
+    """Session-neighbour expansion (0: off; default 2): each of this many best fused
+    hits lends a share of its score to the memories stored next to it in its own
+    conversation session (same ``user_id``, ``agent_id`` and ``run_id``, insertion
+    order), which join the results or rise to that score (a neighbour keeps the better
+    of its own score and the lent one). A question's answer is often in the turn
+    beside the one that matches it. One store read (``Store.neighbours``) per search.
+    On by default because it generalises on LoCoMo dev by leave-one-conversation-out
+    (docs/retrieval.md, "Retrieval levers")."""
+    neighbour_span: int = Field(default=1, ge=1, le=10)
+    """How many memories each side of a hit are its neighbours."""
+    neighbour_share: float = Field(default=0.8, gt=0, le=1)
+    """The share of a hit's fused score lent to a neighbour next to it (offset 1)."""
+    neighbour_decay: float = Field(default=0.5, gt=0, le=1)
+    """The share is multiplied by this for each further step (offset 2, 3, ...)."""
+    neighbour_actor: Literal["any", "same"] = "same"
+    """``"same"`` (the default): only memories by the hit's own ``actor_id`` are its
+    neighbours (the speaker's previous and next messages, looked for within twice
+    ``neighbour_span`` memories each side), offsets counted among them; ``"any"``:
+    every memory (measured worse: the other speaker's turn beside a hit is usually
+    found already)."""
+    session_decay: float = Field(default=1.0, gt=0, le=1)
+    """Diversity (1: off, the default): the results are re-ranked greedily, each
+    candidate's fused score multiplied by ``session_decay ** n``, where ``n`` counts the
+    results already taken from its conversation session (same ``user_id``,
+    ``agent_id``, ``run_id``), so one session cannot fill the first results. A soft
+    per-session cap: the score a result keeps is the multiplied one."""
+    entity_hop_hits: int = Field(default=0, ge=0, le=50)
+    """Entity second hop (0: off, the default): the entities linked to each of this many
+    best fused hits are looked up as a second query, and the memories linked to them
+    join the results or rise to the hit's score times ``entity_hop_share`` (a memory
+    keeps the better of its own score and the lent one). Only entities linked to at
+    most ``entity_hop_max_degree`` memories count. One store read
+    (``Store.entity_hop``) per search. Off because it does not generalise on LoCoMo dev
+    by leave-one-conversation-out (docs/retrieval.md, "Retrieval levers")."""
+    entity_hop_share: float = Field(default=0.5, gt=0, le=1)
+    """The share of a hit's fused score lent to a memory sharing one of its entities."""
+    entity_hop_max_degree: int = Field(default=10, ge=2, le=1000)
+    """Entities linked to more memories than this are not followed (a name every turn
+    carries says nothing about which turns belong together)."""
+    time_weight: float = Field(default=0.3, ge=0, le=1)
+    """Time in the query (0: off; default 0.3): when the query names a period (an
+    explicit date, "in May 2023", "in 2022", or a relative time such as "last summer",
+    resolved against the search's ``as_of`` or today; :mod:`engramdb.nlp.querytime`)
+    and some candidate was observed in it (``observed_at``, else ``created_at``,
+    within ``time_slack_days``), the candidates observed outside every named period
+    have their score multiplied by ``1 - time_weight``. A query naming no period, or a
+    period no candidate falls in, is ranked as without it. On by default because it
+    generalises on LoCoMo dev by leave-one-conversation-out (docs/retrieval.md,
+    "Retrieval levers")."""
+    time_slack_days: float = Field(default=1.0, ge=0, le=366)
+    """Days added before and after each named period when matching ``observed_at``."""
+    when_weight: float = Field(default=0.0, ge=0, le=1)
+    """"When" questions (0: off, the default): when the query asks for a time ("When
+    did ...", "What year ...", "how long ago"; :func:`engramdb.nlp.querytime.asks_when`)
+    and some candidate's text says when something happened (a date, a weekday,
+    "yesterday", "last week", ...), the candidates whose text says no time have their
+    score multiplied by ``1 - when_weight``. Off because it does not generalise on
+    LoCoMo dev by leave-one-conversation-out (docs/retrieval.md)."""
+    informative_terms: int = Field(default=0, ge=0, le=64)
+    """Informativeness prior (0: off, the default): a candidate whose own text has fewer
+    than this many distinct keyword terms (:func:`engramdb.nlp.index_terms`: stop words
+    out), not counting the words of the speakers' names (every candidate's
+    ``actor_id``), has its fused score multiplied by ``n / informative_terms``, so a
+    content-free turn ("Not bad at all! Tired, but good.", lifted by its speaker's
+    name in the vector, the keyword terms of the message before it and the actor
+    signal) does not outrank the turn that states a fact. docs/retrieval.md has the
+    measurements."""
 
 
 HYBRID_WEIGHTED = FusionConfig()
-HYBRID_RRF = FusionConfig(method="rrf", entity_weight=0.5, actor_weight=0.5, calibration=None)
-DENSE_ONLY = FusionConfig(bm25_weight=0.0, entity_weight=0.0, actor_weight=0.0, calibration=None)
+# The presets other than the default rank by their signals alone: no neighbour expansion
+# and no time lever (measured for the default weights only).
+_SIGNALS_ALONE: dict[str, Any] = {
+    "calibration": None,
+    "neighbour_hits": 0,
+    "time_weight": 0.0,
+    "when_weight": 0.0,
+}
+HYBRID_RRF = FusionConfig(method="rrf", entity_weight=0.5, actor_weight=0.5, **_SIGNALS_ALONE)
+DENSE_ONLY = FusionConfig(bm25_weight=0.0, entity_weight=0.0, actor_weight=0.0, **_SIGNALS_ALONE)
 KEYWORD_ONLY = FusionConfig(
-    semantic_weight=0.0, entity_weight=0.0, actor_weight=0.0, calibration=None
+    semantic_weight=0.0, entity_weight=0.0, actor_weight=0.0, **_SIGNALS_ALONE
 )
 
 
@@ -263,6 +341,27 @@ def _actor_matches(candidates: list[Candidate], names: frozenset[str]) -> list[b
     return out
 
 
+@lru_cache(maxsize=1 << 13)
+def _own_terms(text: str) -> frozenset[str]:
+    """The distinct keyword terms of a text (cached: the same memories come back often)."""
+    return frozenset(index_terms(text).split())
+
+
+def informative_factors(candidates: Sequence[Candidate], terms: int) -> list[float]:
+    """Each candidate's informativeness factor, ``min(1, n / terms)`` (1 when ``terms`` is 0).
+
+    ``n`` counts the distinct keyword terms of the candidate's own text that are
+    not a word of any candidate's speaker name (a greeting that names the person
+    asked about says nothing about them). See ``FusionConfig.informative_terms``.
+    """
+    if terms <= 0:
+        return [1.0] * len(candidates)
+    names: set[str] = set()
+    for actor in {c.row.actor_id for c in candidates if c.row.actor_id}:
+        names |= _own_terms(actor)
+    return [min(1.0, len(_own_terms(c.row.text) - names) / terms) for c in candidates]
+
+
 def fuse(
     candidates: list[Candidate],
     config: FusionConfig,
@@ -298,6 +397,11 @@ def fuse(
     active += w_a if any(actor.values()) else 0.0
     active = active or 1.0
     best = _best_fused(candidates, config, bool(bm_ranks), ent, any(actor.values()), active)
+    informative = (
+        informative_factors(candidates, config.informative_terms)
+        if config.informative_terms > 0
+        else None
+    )
     scored: list[tuple[float, float, float, float, int]] = []
     for i, cand in enumerate(candidates):
         sem_part = min(
@@ -315,6 +419,8 @@ def fuse(
             score = raw * (config.rrf_k + 1) / active
         else:
             score = (w_s * sem_part + w_b * bm_part + w_e * ent[i] + w_a * actor_part) / active
+        if informative is not None:
+            score *= informative[i]
         scored.append((min(1.0, max(0.0, score)), sem_part, bm_part, actor_part, i))
     scored.sort(key=lambda t: (-t[0], -candidates[t[4]].semantic, candidates[t[4]].row.id))
     if limit is not None:
@@ -340,6 +446,7 @@ def fuse(
                     },
                     "fusion": score,
                     **({"relative": min(1.0, score / best)} if best else {}),
+                    **({"informative": informative[i]} if informative is not None else {}),
                     "method": config.method,
                     "rank": {
                         "semantic": cand.semantic_rank,

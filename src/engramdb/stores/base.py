@@ -212,6 +212,45 @@ class Store(Protocol):
         """The ``k`` live memories of the scope most similar to ``query`` (cosine)."""
         ...
 
+    def neighbours(
+        self,
+        scope: Scope,
+        where: Node | None,
+        memory_ids: Sequence[str],
+        span: int,
+        *,
+        include_expired: bool = False,
+    ) -> dict[str, list[tuple[int, MemoryRow]]]:
+        """For each of ``memory_ids``: up to ``span`` memories each side of it, nearest first.
+
+        A neighbour has the memory's own ``user_id``, ``agent_id`` and ``run_id``
+        (the same conversation session) and is live, in ``scope`` and matches
+        ``where``. Order: insertion (``created_at``, then the store's row
+        order); each comes with its offset, ``-1, +1, -2, +2, ...``. An unknown
+        id has no entry. Used by the neighbour expansion of search.
+        """
+        ...
+
+    def entity_hop(
+        self,
+        scope: Scope,
+        where: Node | None,
+        memory_ids: Sequence[str],
+        max_degree: int,
+        *,
+        include_expired: bool = False,
+    ) -> dict[str, list[tuple[MemoryRow, list[tuple[str, int]]]]]:
+        """For each of ``memory_ids``: the memories sharing one of its entities, by row order.
+
+        Only entities linked to at most ``max_degree`` memories that are live,
+        in ``scope`` and match ``where`` count (the degree is that count); each
+        memory listed is such a memory, never the anchor itself, and comes with
+        the shared entities as ``(normalised name, degree)``, sorted. An unknown
+        id, or one that shares no such entity, has no entry. Used by the entity
+        second hop of search.
+        """
+        ...
+
     def candidates(
         self,
         scope: Scope,
@@ -441,6 +480,30 @@ class AsyncStore(Protocol):
         include_expired: bool = False,
     ) -> list[tuple[MemoryRow, float]]:
         """See :meth:`Store.vector_search`."""
+        ...
+
+    async def neighbours(
+        self,
+        scope: Scope,
+        where: Node | None,
+        memory_ids: Sequence[str],
+        span: int,
+        *,
+        include_expired: bool = False,
+    ) -> dict[str, list[tuple[int, MemoryRow]]]:
+        """See :meth:`Store.neighbours`."""
+        ...
+
+    async def entity_hop(
+        self,
+        scope: Scope,
+        where: Node | None,
+        memory_ids: Sequence[str],
+        max_degree: int,
+        *,
+        include_expired: bool = False,
+    ) -> dict[str, list[tuple[MemoryRow, list[tuple[str, int]]]]]:
+        """See :meth:`Store.entity_hop`."""
         ...
 
     async def candidates(

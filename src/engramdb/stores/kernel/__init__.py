@@ -12,6 +12,9 @@ it to these modules:
 - :mod:`.imports`: what an import of exported rows writes and how it refuses;
 - :mod:`.dedup`: which sessions a repeat attaches and the outcome records of
   an add;
+- :mod:`.neighbours` and :mod:`.entity_hop`: the session match and order of
+  ``Store.neighbours``, the assembly of ``Store.entity_hop`` (search's
+  second-stage levers);
 - :mod:`.erasure`: what a purge erases and what it re-indexes (planned from
   facts the backend reads, applied by the backend in one transaction);
 - :mod:`.history`: the history events of every change and the plan of a

@@ -45,6 +45,8 @@ from engramdb.stores.postgres._driver import (
     transaction,
     translate,
 )
+from engramdb.stores.postgres._entity_hop import _EntityHopFlows
+from engramdb.stores.postgres._neighbours import _NeighbourFlows
 from engramdb.stores.postgres._reads import _ReadFlows
 from engramdb.stores.postgres._sql import (
     _VACUUM_FAILED,
@@ -68,7 +70,7 @@ _SESSION = "SET TIME ZONE 'UTC'; SET plan_cache_mode = force_custom_plan"
 _EXPORT_CHUNK = 500
 
 
-class _Flows(_WriteFlows, _ReadFlows):
+class _Flows(_WriteFlows, _NeighbourFlows, _EntityHopFlows, _ReadFlows):
     """Every store operation as a transaction flow, plus the state the flows share.
 
     Holds no connection: both faces drive these flows and share one instance
@@ -139,6 +141,8 @@ class _Operations:
     list_memories = _Op(_Flows.list_memories, "single")
     vector_search = _Op(_Flows.vector_search, "read")
     candidates = _Op(_Flows.candidates, "read")
+    neighbours = _Op(_Flows.neighbours, "read")
+    entity_hop = _Op(_Flows.entity_hop, "read")
     update = _Op(_Flows.update, "write")
     delete = _Op(_Flows.delete, "write")
     delete_scope = _Op(_Flows.delete_scope, "write")

@@ -21,14 +21,16 @@ lives in :mod:`engramdb.stores.kernel`.
 
 from __future__ import annotations
 
+from engramdb.stores.sqlite._entity_hop import _EntityHop
 from engramdb.stores.sqlite._erasure import _Erasure
+from engramdb.stores.sqlite._neighbours import _Neighbours
 from engramdb.stores.sqlite._reads import _Reads
 from engramdb.stores.sqlite._writes import _Writes
 
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(_Writes, _Erasure, _Reads):
+class SQLiteStore(_Writes, _Erasure, _Neighbours, _EntityHop, _Reads):
     """A :class:`~engramdb.stores.base.Store` on one SQLite file.
 
     Args:

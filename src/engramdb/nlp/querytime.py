@@ -1,0 +1,173 @@
+"""The periods a query names: explicit dates and relative times, as day ranges.
+
+``"What did Nate make on 25 February, 2022?"`` names the day 2022-02-25;
+``"What is Tim learning in December 2023?"`` the month; ``"... in 2023?"`` the
+year; ``"What did she photograph last summer?"`` a season, resolved against
+the day of the search (:mod:`engramdb.nlp.reltime`, the same rules the
+extraction prompt uses). Used by the time lever of search
+(``FusionConfig.time_weight``). English only, deliberately narrow: a month
+without a year ("in December"), vague words ("recently") and intervals
+("between August 11 and 15") name no period here, or only their dated end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from engramdb.nlp.reltime import find_relative_times
+
+__all__ = ["Period", "asks_when", "mentions_time", "query_periods"]
+
+Period = tuple[dt.date, dt.date]
+"""A day range, ``(first day, day after the last)``."""
+
+_MONTHS = {
+    name: i + 1
+    for i, names in enumerate(
+        (
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        )
+    )
+    for name in names
+}
+_MONTH = r"(?P<{g}>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(?P<{g}>\d{{1,2}})(?:st|nd|rd|th)?"
+_YEAR = r"(?P<{g}>(?:19|20)\d\d)"
+
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("iso", re.compile(r"\b(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})\b")),
+    (
+        "day",
+        re.compile(
+            rf"\b{_DAY.format(g='d')}(?: of)? {_MONTH.format(g='m')},? ?{_YEAR.format(g='y')}\b",
+            re.I,
+        ),
+    ),
+    (
+        "day",
+        re.compile(
+            rf"\b{_MONTH.format(g='m')} {_DAY.format(g='d')},? ?{_YEAR.format(g='y')}\b", re.I
+        ),
+    ),
+    ("month", re.compile(rf"\b{_MONTH.format(g='m')},? {_YEAR.format(g='y')}\b", re.I)),
+    ("year", re.compile(rf"\b(?:in|during|of|by|from|since) {_YEAR.format(g='y')}\b", re.I)),
+)
+
+_MEANING = (
+    ("day", re.compile(r"^(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})$")),
+    ("week", re.compile(r"^the week of (?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})$")),
+    ("weekend", re.compile(r"^the weekend of (?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})$")),
+    ("month", re.compile(r"^(?P<m>[A-Z][a-z]+) (?P<y>\d{4})$")),
+    ("season", re.compile(r"^(?P<s>spring|summer|fall) (?P<y>\d{4})$")),
+    ("winter", re.compile(r"^winter (?P<y>\d{4})-\d\d$")),
+    ("year", re.compile(r"^(?P<y>\d{4})$")),
+)
+_SEASON_START = {"spring": 3, "summer": 6, "fall": 9}
+
+
+def _month_range(year: int, month: int, months: int = 1) -> Period:
+    end_month = month - 1 + months
+    return dt.date(year, month, 1), dt.date(year + end_month // 12, end_month % 12 + 1, 1)
+
+
+def _absolute(kind: str, match: re.Match[str]) -> Period | None:
+    year = int(match.group("y"))
+    if kind == "year":
+        return dt.date(year, 1, 1), dt.date(year + 1, 1, 1)
+    raw = match.group("m")
+    month = int(raw) if raw.isdigit() else _MONTHS[raw.lower()]
+    if not 1 <= month <= 12:
+        return None
+    if kind == "month":
+        return _month_range(year, month)
+    try:
+        day = dt.date(year, month, int(match.group("d")))
+    except ValueError:
+        return None
+    return day, day + dt.timedelta(days=1)
+
+
+def _relative(meaning: str) -> Period | None:
+    """The day range of one :func:`find_relative_times` meaning."""
+    for kind, pattern in _MEANING:
+        match = pattern.match(meaning)
+        if match is None:
+            continue
+        year = int(match.group("y"))
+        if kind in ("day", "week", "weekend"):
+            start = dt.date(year, int(match.group("m")), int(match.group("d")))
+            days = {"day": 1, "week": 7, "weekend": 2}[kind]
+            return start, start + dt.timedelta(days=days)
+        if kind == "month":
+            month = _MONTHS.get(match.group("m").lower())
+            return _month_range(year, month) if month else None
+        if kind == "season":
+            return _month_range(year, _SEASON_START[match.group("s")], 3)
+        if kind == "winter":
+            return _month_range(year, 12, 3)
+        return dt.date(year, 1, 1), dt.date(year + 1, 1, 1)
+    return None
+
+
+def query_periods(query: str, today: dt.date) -> list[Period]:
+    """Every period ``query`` names, in the order they appear; relative times as of ``today``.
+
+    A span of text counts once: "25 February, 2022" is that day, not also
+    February 2022 and 2022; an impossible date names nothing.
+    """
+    found: list[tuple[int, Period]] = []
+    taken: list[tuple[int, int]] = []
+
+    def free(start: int, end: int) -> bool:
+        return all(end <= s or start >= e for s, e in taken)
+
+    for kind, pattern in _PATTERNS:
+        for match in pattern.finditer(query):
+            if not free(match.start(), match.end()):
+                continue
+            # An impossible date ("31 February, 2022") names nothing, not its month.
+            taken.append((match.start(), match.end()))
+            period = _absolute("day" if kind == "iso" else kind, match)
+            if period is not None:
+                found.append((match.start(), period))
+    for ref in find_relative_times(query, today):
+        if free(ref.start, ref.end):
+            period = _relative(ref.meaning)
+            if period is not None:
+                taken.append((ref.start, ref.end))
+                found.append((ref.start, period))
+    return [p for _, p in sorted(found, key=lambda t: t[0])]
+
+
+_ASKS_WHEN = re.compile(
+    r"^\W*when\b|\b(?:what|which) (?:date|day|year|month|week|time)\b|\bhow long ago\b", re.I
+)
+_TIME_WORDS = re.compile(
+    r"\b(?:today|tonight|yesterday|tomorrow|ago|last|next|weekend|week|month|year|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|spring|summer|fall|autumn|"
+    r"winter|morning|evening|night|recently|(?:19|20)\d\d|january|february|march|april|"
+    r"june|july|august|september|october|november|december|may \d{1,2}|\d{1,2} may)\b",
+    re.I,
+)
+
+
+def asks_when(query: str) -> bool:
+    """Whether ``query`` asks for a time ("When did ...", "What year ...", "how long ago")."""
+    return _ASKS_WHEN.search(query) is not None
+
+
+def mentions_time(text: str) -> bool:
+    """Whether ``text`` says when something happened (a date, a weekday, "yesterday", ...)."""
+    return _TIME_WORDS.search(text) is not None
