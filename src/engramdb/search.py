@@ -30,6 +30,7 @@ from engramdb.nlp import (
 )
 from engramdb.nlp.stopwords import STOP_WORDS
 from engramdb.rerank import RerankConfig
+from engramdb.rewrite import QueryRewriteConfig
 
 __all__ = [
     "DENSE_ONLY",
@@ -128,6 +129,13 @@ class FusionConfig(BaseModel):
     """Candidates taken from each ranked signal (at least ``top_k``)."""
     rerank: RerankConfig | None = None
     """An optional second stage on the best fused hits (off by default)."""
+    query_rewrite: QueryRewriteConfig | None = None
+    """Query rewriting (``None``: off, the default; acts only when the Memory has an
+    LLM): one LLM call splits the question into up to ``max_queries`` short standalone
+    sub-queries, each searched besides the question, the fused lists merged (each
+    memory's best score) before the second-stage levers (:mod:`engramdb.rewrite`).
+    An LLM failure or unusable reply searches the question alone. Off because it
+    costs an LLM call per search (docs/retrieval.md, "Query rewriting")."""
     calibration: ScoreCalibration | None = ScoreCalibration()
     """How the returned ``score`` is read from the fused one; ``None``: the fused score
     itself. Fitted for the default weights; the presets other than the default turn it off."""
@@ -376,10 +384,16 @@ def fuse(
     order, as ``fuse(...)[:limit]``).
     """
     names = plan.names if plan is not None else frozenset()
-    sem = {i: c.semantic for i, c in enumerate(candidates)}
+    rrf = config.method == "rrf"
+    # The semantic and keyword ranks are RRF's alone (the weighted mean only asks
+    # whether any keyword matched): two sorts fewer a search.
     # Cosines can be <= 0; shift so every candidate has a semantic rank.
-    sem_ranks = _ranks({i: v + 2.0 for i, v in sem.items()})
-    bm_ranks = _ranks({i: c.bm25 for i, c in enumerate(candidates)})
+    sem_ranks = _ranks({i: c.semantic + 2.0 for i, c in enumerate(candidates)}) if rrf else {}
+    bm_ranks = (
+        _ranks({i: c.bm25 for i, c in enumerate(candidates)})
+        if rrf
+        else {i: 1 for i, c in enumerate(candidates) if c.bm25 > 0}
+    )
     ent = {i: _entity_strength(c.entities) for i, c in enumerate(candidates)}
     ent_ranks = _ranks(ent)
     actor = dict(enumerate(_actor_matches(candidates, names)))
