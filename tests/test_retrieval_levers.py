@@ -2,7 +2,8 @@
 the entity second hop and session diversity.
 
 Real stores (a SQLite file, and PostgreSQL where the test takes a backend), the
-real local embedder; no LLM. docs/retrieval.md ("Retrieval levers") has the
+real local embedder; no LLM but for query rewriting (a scripted one, and the real local
+model where it is set up). docs/retrieval.md ("Retrieval levers") has the
 held-out figures behind the defaults.
 """
 
@@ -20,6 +21,7 @@ from engramdb.bench.locomo_folds import parse_grid
 from engramdb.core.filters import parse_filters
 from engramdb.core.records import MemoryRow
 from engramdb.embedders import LocalEmbedder
+from engramdb.errors import LLMError, ReplyFormatError
 from engramdb.expand import (
     diversify,
     is_message,
@@ -29,8 +31,10 @@ from engramdb.expand import (
     weigh_by_time,
     weigh_when,
 )
+from engramdb.llms import ScriptedLLM
 from engramdb.memory import Memory
 from engramdb.nlp.querytime import asks_when, mentions_time, query_periods
+from engramdb.rewrite import build_rewrite_prompt, looks_multipart, merge_hits, parse_rewrite
 from engramdb.search import DENSE_ONLY, HYBRID_RRF, KEYWORD_ONLY, FusionConfig, Hit
 from engramdb.stores.base import Scope
 
@@ -654,3 +658,172 @@ def test_informative_factors_count_own_terms_without_speaker_names() -> None:
             FusionConfig(**bad)
     names = [c.name for c in parse_grid({"informative_terms": [0, 6]})]
     assert "informative_terms=6" in names
+
+
+# -- query rewriting (rewrite.py): an LLM splits the question into sub-queries -----------------
+
+# Two facts a question about "hobbies of Ann and her brother" needs; neither shares a word
+# with it, while the distractors do.
+_HOBBY_FACTS = [
+    ("Ann", "Every Sunday I paint watercolour landscapes by the river."),
+    ("Ann", "Tom spends every weekend rowing on the lake."),
+]
+_HOBBY_DISTRACTORS = [
+    ("Bob", "Hobbies are important, my sister says so too."),
+    ("Bob", "Do you and your brother share any hobbies?"),
+    ("Bob", "My brother has no hobbies at all."),
+    ("Bob", "What hobbies did you have as a child, Ann?"),
+]
+_HOBBY_QUERY = "What hobbies do Ann and her brother have?"
+_HOBBY_SUBQUERIES = {"queries": ["Ann paints watercolour landscapes", "Tom rowing on the lake"]}
+REWRITE: dict[str, Any] = {"neighbour_hits": 0, "query_rewrite": {"max_queries": 3}}
+
+
+def _hobbies(m: Memory) -> list[str]:
+    facts = [_say(m, text, name) for name, text in _HOBBY_FACTS]
+    for name, text in _HOBBY_DISTRACTORS:
+        _say(m, text, name)
+    return facts
+
+
+def _open_llm(
+    request: pytest.FixtureRequest,
+    backend: str,
+    db_path: Path,
+    embedder: LocalEmbedder,
+    retrieval: dict[str, Any] | None,
+    llm: Any,
+) -> Memory:
+    config: dict[str, Any] = {"retrieval": retrieval} if retrieval is not None else {}
+    if backend == "postgres":
+        config["vector_store"] = {
+            "provider": "postgres",
+            "config": request.getfixturevalue("pg_config"),
+        }
+        return Memory(config=config, embedder=embedder, llm=llm)
+    return Memory(db_path, config=config, embedder=embedder, llm=llm)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_sub_queries_find_what_the_question_alone_misses(
+    request: pytest.FixtureRequest, backend: str, db_path: Path, embedder: LocalEmbedder
+) -> None:
+    llm = ScriptedLLM([_HOBBY_SUBQUERIES])
+    with _open_llm(request, backend, db_path, embedder, REWRITE, llm) as m:
+        facts = _hobbies(m)
+        found = m.search(_HOBBY_QUERY, user_id="u", top_k=3, explain=True)["results"]
+        got = [r["id"] for r in found]
+        assert set(facts) <= set(got), [r["memory"] for r in found]
+        by_id = {r["id"]: r for r in found}
+        assert {by_id[f]["score_details"]["subquery"] for f in facts} == {1, 2}
+        scores = [r["score"] for r in found]
+        assert scores == sorted(scores, reverse=True)
+        assert [c.schema_name for c in llm.calls] == ["query_rewrite"]
+        assert _HOBBY_QUERY in str(llm.calls[0].messages[-1]["content"])
+    # The question alone: the distractors share its words and fill the first three.
+    with _open_llm(request, backend, db_path, embedder, {"neighbour_hits": 0}, None) as m:
+        off = [r["id"] for r in m.search(_HOBBY_QUERY, user_id="u", top_k=3)["results"]]
+        assert not set(facts) <= set(off), off
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_failing_or_garbage_rewrite_searches_as_without_it(
+    request: pytest.FixtureRequest,
+    backend: str,
+    db_path: Path,
+    embedder: LocalEmbedder,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with _open_llm(request, backend, db_path, embedder, {"neighbour_hits": 0}, None) as m:
+        _hobbies(m)
+        want = m.search(_HOBBY_QUERY, user_id="u", top_k=4, explain=True)["results"]
+    replies = [
+        LLMError("down"),
+        "no json here",
+        '{"queries": "one string"}',
+        '{"queries": [1, 2]}',
+        '["a bare list"]',
+        {"queries": []},
+        {"queries": [_HOBBY_QUERY.upper()]},
+    ]
+    llm = ScriptedLLM(replies)
+    with _open_llm(request, backend, db_path, embedder, REWRITE, llm) as m:
+        for _ in replies:
+            got = m.search(_HOBBY_QUERY, user_id="u", top_k=4, explain=True)["results"]
+            assert [(r["id"], r["score"]) for r in got] == [(r["id"], r["score"]) for r in want]
+            assert not any("subquery" in r["score_details"] for r in got)
+        assert llm.remaining == 0
+    assert caplog.text.count("query rewriting failed") == 5
+
+
+def test_query_rewrite_off_by_default_and_without_an_llm(
+    db_path: Path, embedder: LocalEmbedder
+) -> None:
+    assert FusionConfig().query_rewrite is None
+    llm = ScriptedLLM([])
+    with Memory(db_path, embedder=embedder, llm=llm) as m:
+        _hobbies(m)
+        assert m.search(_HOBBY_QUERY, user_id="u", top_k=3)["results"]
+        assert llm.calls == []
+    # Configured but no LLM: searched as without it.
+    with Memory(db_path, config={"retrieval": REWRITE}, embedder=embedder) as m:
+        assert m.search(_HOBBY_QUERY, user_id="u", top_k=3)["results"]
+
+
+def test_only_multipart_asks_for_several_part_questions(
+    db_path: Path, embedder: LocalEmbedder
+) -> None:
+    gated = {"neighbour_hits": 0, "query_rewrite": {"only_multipart": True}}
+    llm = ScriptedLLM([_HOBBY_SUBQUERIES])
+    with Memory(db_path, config={"retrieval": gated}, embedder=embedder, llm=llm) as m:
+        _hobbies(m)
+        m.search("Where does Tom row?", user_id="u")
+        assert llm.calls == []
+        m.search(_HOBBY_QUERY, user_id="u")
+        assert len(llm.calls) == 1
+    assert looks_multipart("Which books has Melanie read?")
+    assert looks_multipart("What do Ann and Tom like?")
+    assert not looks_multipart("When did Caroline go to the LGBTQ support group?")
+
+
+def test_parse_rewrite_and_bounds() -> None:
+    q = "Where did Ann and Tom go?"
+    assert parse_rewrite('{"queries": ["Ann trip", " Tom  trip ", "ann trip", ""]}', q, 3) == [
+        "Ann trip",
+        "Tom trip",
+    ]
+    assert parse_rewrite('```json\n{"queries": ["a", "b", "c"]}\n```', q, 2) == ["a", "b"]
+    assert parse_rewrite('{"queries": ["where did ann and tom go"]}', q, 3) == []
+    assert parse_rewrite('{"queries": ["x' + "y" * 50 + '"]}', q, 3, max_chars=10) == ["xyyyyyyyyy"]
+    for bad in ("", "nope", "[]", '{"q": []}', '{"queries": [null]}', '{"queries": {}}'):
+        with pytest.raises(ReplyFormatError):
+            parse_rewrite(bad, q, 3)
+    prompt = build_rewrite_prompt("  Where   did\nAnn go? ", 2)
+    assert prompt[0]["role"] == "system" and "at most 2" in prompt[0]["content"]
+    assert prompt[1]["content"] == "Question: Where did Ann go?"
+    for bad_cfg in ({"max_queries": 0}, {"max_queries": 9}, {"weight": 0}, {"weight": 1.5}):
+        with pytest.raises(ValidationError):
+            FusionConfig(query_rewrite=bad_cfg)
+
+
+def test_merge_hits_keeps_each_memorys_best() -> None:
+    first = [_hit("a", 0.9), _hit("b", 0.5)]
+    sub = [_hit("c", 0.8), _hit("b", 0.7)]
+    merged = merge_hits([first, sub])
+    assert [(h.row.id, h.score) for h in merged] == [("a", 0.9), ("c", 0.8), ("b", 0.7)]
+    assert merged[1].explain["subquery"] == 1 and "subquery" not in merged[0].explain
+    halved = merge_hits([first, sub], weight=0.5)
+    assert [(h.row.id, h.score) for h in halved] == [("a", 0.9), ("b", 0.5), ("c", 0.4)]
+
+
+@pytest.mark.real_llm
+def test_the_real_local_llm_rewrites_a_two_part_question(
+    real_llm: Any, db_path: Path, embedder: LocalEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = {"llm": real_llm.llm_config(), "retrieval": REWRITE}
+    with Memory(db_path, config=config, embedder=embedder) as m:
+        facts = _hobbies(m)
+        found = m.search(_HOBBY_QUERY, user_id="u", top_k=6, explain=True)["results"]
+    assert "query rewriting failed" not in caplog.text
+    assert any("subquery" in r["score_details"] for r in found)
+    assert set(facts) & {r["id"] for r in found}

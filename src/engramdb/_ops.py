@@ -84,6 +84,7 @@ from engramdb.extract import (
 from engramdb.nlp import extract_entities, index_terms
 from engramdb.nlp.querytime import Period
 from engramdb.rerank import LLMReranker, Reranker
+from engramdb.rewrite import looks_multipart, merge_hits, rewrite_query
 from engramdb.search import (
     Hit,
     QueryPlan,
@@ -804,6 +805,28 @@ class Operations:
         hits = yield from self._hybrid(scope, None, text, vec, k)
         return [h.row for h in hits]
 
+    def _rewrite(self, query: str) -> Flow[list[tuple[str, Any]]]:
+        """The query-rewrite lever: the LLM's sub-queries and their vectors (none when off).
+
+        One ``Complete``, then one ``EmbedQuery`` per sub-query. Any LLM error or
+        unusable reply logs a warning and returns none: the search runs as without it.
+        """
+        cfg = self.fusion.query_rewrite
+        if cfg is None or not self.has_llm:
+            return []
+        if cfg.only_multipart and not looks_multipart(query):
+            return []
+        try:
+            texts = yield from rewrite_query(query, cfg)
+        except (LLMError, ReplyFormatError) as exc:
+            log.warning("query rewriting failed, searching the question alone: %s", exc)
+            return []
+        out: list[tuple[str, Any]] = []
+        for sub in texts:
+            sub_vec = yield EmbedQuery(sub)
+            out.append((sub, sub_vec))
+        return out
+
     def _hybrid(
         self,
         scope: Scope,
@@ -812,6 +835,7 @@ class Operations:
         vec: Any,
         k: int,
         *,
+        subqueries: Sequence[tuple[str, Any]] = (),
         rerank: bool = False,
         include_expired: bool = False,
         now: str | None = None,
@@ -819,7 +843,8 @@ class Operations:
         """Candidates from every signal, fused (search.py); reranked if configured.
 
         ``now`` (the search's ``as_of``, else the present) resolves relative
-        times of the query for the time lever.
+        times of the query for the time lever. ``subqueries`` (text, vector)
+        from the query-rewrite lever are searched too and merged (rewrite.py).
         """
         cfg = self.fusion
         plan = plan_query(query, cfg)
@@ -837,7 +862,20 @@ class Operations:
         )
         periods = named_periods(query, cfg, now or utc_now())
         asked = when_asked(query, cfg)
-        if neighbours_on(cfg) or entity_hop_on(cfg) or periods or asked or cfg.session_decay < 1.0:
+        if subqueries:
+            hits = yield from self._merged(
+                scope,
+                where,
+                [(candidates, plan)],
+                subqueries,
+                want,
+                periods,
+                asks_when=asked,
+                include_expired=include_expired,
+            )
+        elif (
+            neighbours_on(cfg) or entity_hop_on(cfg) or periods or asked or cfg.session_decay < 1.0
+        ):
             hits = yield from self._second_stage(
                 scope,
                 where,
@@ -853,6 +891,9 @@ class Operations:
         # The fused order stands; the score is read from it (search.py), before a
         # reranker blends its grades in on the same scale.
         hits = calibrate(hits, cfg)
+        if subqueries:
+            # Merged hits carry each its own query's calibration: keep the order monotone.
+            hits.sort(key=lambda h: -h.score)
         if second is not None and self.reranker is not None and len(hits) > 1:
             try:
                 grades = yield from self.reranker.rerank(query, [h.row.text for h in hits])
@@ -861,6 +902,51 @@ class Operations:
             else:
                 hits = apply_rerank(hits, grades, second.weight)
         return hits[:k]
+
+    def _merged(
+        self,
+        scope: Scope,
+        where: Node | None,
+        first: list[tuple[list[Candidate], QueryPlan]],
+        subqueries: Sequence[tuple[str, Any]],
+        want: int,
+        periods: Sequence[Period] = (),
+        *,
+        asks_when: bool = False,
+        include_expired: bool,
+    ) -> Flow[list[Hit]]:
+        """The query and its sub-queries, each fused (and time-weighed), merged, then lent.
+
+        The time and "when" levers read the original question; the lenders and
+        diversity run once, on the merged ranking.
+        """
+        cfg = self.fusion
+        rewrite = cfg.query_rewrite
+        weight = rewrite.weight if rewrite is not None else 1.0
+        searched = list(first)
+        for sub, sub_vec in subqueries:
+            sub_plan = plan_query(sub, cfg)
+            sub_cands = yield from store_call(
+                Store.candidates,
+                scope,
+                where,
+                sub_vec,
+                sub_plan.terms,
+                sub_plan.entities,
+                max(cfg.pool, want),
+                include_expired=include_expired,
+            )
+            searched.append((sub_cands, sub_plan))
+        lists = []
+        for cands, one_plan in searched:
+            hits = fuse(cands, cfg, one_plan)
+            if periods:
+                hits = weigh_by_time(hits, periods, cfg)
+            if asks_when:
+                hits = weigh_when(hits, cfg)
+            lists.append(hits)
+        merged = merge_hits(lists, weight)
+        return (yield from self._lend(scope, where, merged, want, include_expired=include_expired))
 
     def _second_stage(
         self,
@@ -886,6 +972,19 @@ class Operations:
             hits = weigh_by_time(hits, periods, cfg)
         if asks_when:
             hits = weigh_when(hits, cfg)
+        return (yield from self._lend(scope, where, hits, want, include_expired=include_expired))
+
+    def _lend(
+        self,
+        scope: Scope,
+        where: Node | None,
+        hits: list[Hit],
+        want: int,
+        *,
+        include_expired: bool,
+    ) -> Flow[list[Hit]]:
+        """Session neighbours, the entity hop and diversity on a fused ranking."""
+        cfg = self.fusion
         # Both lenders take their anchors from the same (fused, time-weighed) ranking.
         fused = list(hits)
         anchors = [h.row.id for h in fused[: cfg.neighbour_hits] if is_message(h.row)]
@@ -1214,12 +1313,14 @@ class Operations:
             log.debug("search(rerank=True): no reranker is configured; fused order kept")
         yield from self._bind()
         vec = yield EmbedQuery(text)
+        subqueries = yield from self._rewrite(text)
         hits = yield from self._hybrid(
             scope,
             where,
             text,
             vec,
             k,
+            subqueries=subqueries,
             rerank=rerank is not False,
             include_expired=bool(show_expired) or at is not None,
             now=at,

@@ -96,6 +96,8 @@ FIXED_FIELDS: Final = {
     "embed_actor": "an index-time setting (it changes what is stored, and one ingest serves "
     "every candidate): compare it with `engram bench locomo-retrieval --retrieval`",
     "rerank": "the reranker needs an LLM, which this benchmark does not run",
+    "query_rewrite": "query rewriting needs an LLM, which this benchmark does not run: "
+    "measure it with scripts/bench_query_rewrite.py",
 }
 """FusionConfig fields a grid may not vary, and why."""
 
