@@ -2,9 +2,10 @@ r"""LoCoMo retrieval with and without query rewriting (``retrieval.query_rewrite
 
 Needs an OpenAI-compatible LLM server (e.g. llama-server with the CI's local
 model on 127.0.0.1:8091) and the LoCoMo dev file. Every LLM reply is kept in
-a JSON cache (``--llm-cache``, keyed by the request), so a rerun, or another
-variant of the lever's settings, costs no LLM time; the latency reported for a
-cached reply is the one measured when it was first asked.
+the benchmarks' reply cache (``engramdb.bench._llm.CachedLLM`` under
+``--llm-cache``, keyed by the request), so a rerun, or another variant of the
+lever's settings, costs no LLM time; the latency reported for a cached reply is
+the one measured when it was first asked.
 
 Run::
 
@@ -22,7 +23,6 @@ is reported separately from the search time without it.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import tempfile
@@ -33,82 +33,23 @@ from typing import Any
 
 import numpy as np
 
+from engramdb.bench._llm import CachedLLM
 from engramdb.bench._locomo import data_path
 from engramdb.bench.locomo_retrieval import (
     CATEGORIES,
     _QueryVectors,
+    default_cache_dir,
     embed_questions,
     ingest_cached,
     load,
     score_ranking,
 )
 from engramdb.embedders import make_embedder
-from engramdb.llms import LLM, Completion, make_llm
-from engramdb.llms.base import ClosingMixin, Usage
+from engramdb.llms import make_llm
 from engramdb.memory import Memory
 from engramdb.search import FusionConfig
 
 FIGS = ("any@10", "all@10", "ndcg@10")
-
-
-class CachedLLM(ClosingMixin):
-    """An LLM whose replies are kept in a JSON file, keyed by the request (reruns are free)."""
-
-    def __init__(self, inner: LLM, path: Path) -> None:
-        self.inner = inner
-        self.path = path
-        self.cache: dict[str, dict[str, Any]] = (
-            json.loads(path.read_text("utf-8")) if path.is_file() else {}
-        )
-        self.seconds: list[float] = []
-        """The (first-asked) latency of every call made through this object."""
-        self.wall: list[float] = []
-        """The seconds each call really took here (about 0 for a cached reply)."""
-
-    @property
-    def model(self) -> str:
-        """The wrapped LLM's model."""
-        return self.inner.model
-
-    def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        schema: dict[str, Any] | None = None,
-        schema_name: str = "response",
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> Completion:
-        """The cached reply to this request, else the wrapped LLM's (then cached)."""
-        key = hashlib.sha256(
-            json.dumps([messages, schema, max_tokens], sort_keys=True).encode()
-        ).hexdigest()
-        hit = self.cache.get(key)
-        started = time.perf_counter()
-        if hit is None:
-            got = self.inner.complete(
-                messages,
-                schema=schema,
-                schema_name=schema_name,
-                temperature=temperature,
-                max_tokens=max_tokens,
-            )
-            hit = {"text": got.text, "latency_s": got.latency_s, "mode": got.mode}
-            self.cache[key] = hit
-            self.save()
-        self.seconds.append(float(hit["latency_s"]))
-        self.wall.append(time.perf_counter() - started)
-        return Completion(hit["text"], Usage(0, 0), self.model, hit["latency_s"], hit["mode"])
-
-    async def acomplete(self, *args: Any, **kwargs: Any) -> Completion:  # pragma: no cover
-        """Like :meth:`complete` (blocking: the benchmark is synchronous)."""
-        return self.complete(*args, **kwargs)
-
-    def save(self) -> None:
-        """Write the cache file (atomically)."""
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.cache), "utf-8")
-        tmp.replace(self.path)
 
 
 def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -125,7 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path)
     parser.add_argument("--base-url", default="http://127.0.0.1:8091/v1")
     parser.add_argument("--model", default="qwen2.5-coder-1.5b-instruct-q4_k_m")
-    parser.add_argument("--llm-cache", type=Path, default=Path("/tmp/s6h4/rewrite-llm.json"))
+    parser.add_argument(
+        "--llm-cache",
+        type=Path,
+        default=default_cache_dir() / "llm-replies",
+        help="where LLM replies are kept (default: $ENGRAM_HOME/bench-cache/llm-replies)",
+    )
     parser.add_argument("--sample", type=int, default=4, help="every n-th question of cats 2-4")
     parser.add_argument("--multi-hop-only", action="store_true")
     parser.add_argument(
@@ -190,14 +136,19 @@ def main(argv: list[str] | None = None) -> int:
             asked = 0
             with Memory(db, config=config, embedder=wrapped, llm=llm) as memory:
                 for n, (conv, q) in enumerate(picked, 1):
-                    before = len(llm.seconds)
+                    before = llm.stats()
                     t0 = time.perf_counter()
                     found = memory.search(q.text, user_id=conv.sample_id, top_k=10)["results"]
                     took = time.perf_counter() - t0
-                    spent = sum(llm.seconds[before:])
-                    asked += len(llm.seconds) > before
+                    after = llm.stats()
+                    # The LLM time a search cost when first asked (a cached reply keeps it);
+                    # only a reply really asked for now took wall time here.
+                    spent = float(after["latency_s"]) - float(before["latency_s"])
+                    asked += after["calls"] > before["calls"]
                     llm_s.append(spent)
-                    search_s.append(took - sum(llm.wall[before:]))
+                    search_s.append(
+                        took - (spent if after["cache_misses"] > before["cache_misses"] else 0.0)
+                    )
                     ids = sources[conv.sample_id]
                     hits = [ids.get(r["id"], []) for r in found]
                     rows.append((conv.sample_id, q.category, score_ranking(hits, q.evidence)))
