@@ -111,47 +111,40 @@ def lend_to_neighbours(
             near = same_actor(anchor.row, near, config.neighbour_span)
         for offset, row in near:
             share = config.neighbour_share * config.neighbour_decay ** (abs(offset) - 1)
-            lent = anchor.score * share
             extra = {"neighbour_of": anchor.row.id, "offset": offset, "share": share}
-            current = out.get(row.id)
-            if current is None:
-                base = Hit(
-                    row,
-                    anchor.score,
-                    {
-                        "semantic": 0.0,
-                        "bm25": 0.0,
-                        **(
-                            {"relative": anchor.explain["relative"]}
-                            if "relative" in anchor.explain
-                            else {}
-                        ),
-                        "method": anchor.explain.get("method"),
-                    },
-                )
-                out[row.id] = _scaled(base, share, extra)
-            elif lent > current.score:
-                relative = anchor.explain.get("relative")
-                explain = {**current.explain, **extra, "fusion": lent, "own": current.score}
-                if relative is not None:
-                    explain["relative"] = relative * share
-                out[row.id] = Hit(current.row, lent, explain)
+            _lend(out, anchor, row, share, extra)
     return sorted(out.values(), key=_sort_key)
 
 
-def _lent_hit(anchor: Hit, row: MemoryRow, share: float, extra: Mapping[str, object]) -> Hit:
-    """A memory that was no hit, joining with ``share`` of ``anchor``'s score."""
-    base = Hit(
-        row,
-        anchor.score,
-        {
-            "semantic": 0.0,
-            "bm25": 0.0,
-            **({"relative": anchor.explain["relative"]} if "relative" in anchor.explain else {}),
-            "method": anchor.explain.get("method"),
-        },
-    )
-    return _scaled(base, share, extra)
+def _lend(
+    out: dict[str, Hit], anchor: Hit, row: MemoryRow, share: float, extra: Mapping[str, object]
+) -> None:
+    """Lend ``share`` of ``anchor``'s score to ``row`` in ``out`` (by id).
+
+    A memory that was no hit joins with the lent score (its ``semantic`` is
+    unknown: 0 in ``explain``); a hit keeps the larger of its own score and
+    the lent one (``explain["own"]`` keeps its own when the lent one wins).
+    """
+    lent = anchor.score * share
+    relative = anchor.explain.get("relative")
+    current = out.get(row.id)
+    if current is None:
+        base = Hit(
+            row,
+            anchor.score,
+            {
+                "semantic": 0.0,
+                "bm25": 0.0,
+                **({"relative": relative} if relative is not None else {}),
+                "method": anchor.explain.get("method"),
+            },
+        )
+        out[row.id] = _scaled(base, share, extra)
+    elif lent > current.score:
+        explain = {**current.explain, **extra, "fusion": lent, "own": current.score}
+        if relative is not None:
+            explain["relative"] = relative * share
+        out[row.id] = Hit(current.row, lent, explain)
 
 
 def lend_through_entities(
@@ -176,21 +169,12 @@ def lend_through_entities(
     for anchor in anchors:
         for row, shared in links.get(anchor.row.id, ()):
             share = config.entity_hop_share
-            lent = anchor.score * share
             extra = {
                 "entity_hop_of": anchor.row.id,
                 "hop_entities": [name for name, _ in shared],
                 "share": share,
             }
-            current = out.get(row.id)
-            if current is None:
-                out[row.id] = _lent_hit(anchor, row, share, extra)
-            elif lent > current.score:
-                relative = anchor.explain.get("relative")
-                explain = {**current.explain, **extra, "fusion": lent, "own": current.score}
-                if relative is not None:
-                    explain["relative"] = relative * share
-                out[row.id] = Hit(current.row, lent, explain)
+            _lend(out, anchor, row, share, extra)
     return sorted(out.values(), key=_sort_key)
 
 
@@ -230,14 +214,7 @@ def weigh_by_time(
     for hit in hits:
         day = _observed_day(hit.row)
         inside.append(day is not None and any(lo <= day < hi for lo, hi in windows))
-    if not any(inside):
-        return list(hits)
-    factor = 1.0 - config.time_weight
-    out = [
-        hit if ok else _scaled(hit, factor, {"time_factor": factor})
-        for hit, ok in zip(hits, inside, strict=True)
-    ]
-    return sorted(out, key=_sort_key)
+    return _discount(hits, inside, 1.0 - config.time_weight, "time_factor")
 
 
 def when_asked(query: str, config: FusionConfig) -> bool:
@@ -256,12 +233,19 @@ def weigh_when(hits: Sequence[Hit], config: FusionConfig) -> list[Hit]:
     if config.when_weight <= 0 or not hits:
         return list(hits)
     timed = [mentions_time(h.row.text) for h in hits]
-    if not any(timed):
+    return _discount(hits, timed, 1.0 - config.when_weight, "when_factor")
+
+
+def _discount(hits: Sequence[Hit], kept: Sequence[bool], factor: float, name: str) -> list[Hit]:
+    """The hits not ``kept`` scaled by ``factor`` (``explain[name]``), re-sorted.
+
+    ``hits`` as they are when none is kept: the signal says nothing about them.
+    """
+    if not any(kept):
         return list(hits)
-    factor = 1.0 - config.when_weight
     out = [
-        hit if ok else _scaled(hit, factor, {"when_factor": factor})
-        for hit, ok in zip(hits, timed, strict=True)
+        hit if ok else _scaled(hit, factor, {name: factor})
+        for hit, ok in zip(hits, kept, strict=True)
     ]
     return sorted(out, key=_sort_key)
 
