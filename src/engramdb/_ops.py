@@ -86,6 +86,7 @@ from engramdb.nlp.querytime import Period
 from engramdb.rerank import LLMReranker, Reranker
 from engramdb.rewrite import looks_multipart, merge_hits, rewrite_query
 from engramdb.search import (
+    FusionConfig,
     Hit,
     QueryPlan,
     apply_recency,
@@ -245,6 +246,17 @@ def _check_links(links: object) -> dict[str, str]:
             )
         out[target] = kind
     return out
+
+
+def _weighed(
+    hits: list[Hit], config: FusionConfig, periods: Sequence[Period], asks_when: bool
+) -> list[Hit]:
+    """Fused hits with the query's time levers applied: the named periods, a "when" question."""
+    if periods:
+        hits = weigh_by_time(hits, periods, config)
+    if asks_when:
+        hits = weigh_when(hits, config)
+    return hits
 
 
 MAX_GIVEN_LINKS = 100
@@ -939,12 +951,7 @@ class Operations:
             searched.append((sub_cands, sub_plan))
         lists = []
         for cands, one_plan in searched:
-            hits = fuse(cands, cfg, one_plan)
-            if periods:
-                hits = weigh_by_time(hits, periods, cfg)
-            if asks_when:
-                hits = weigh_when(hits, cfg)
-            lists.append(hits)
+            lists.append(_weighed(fuse(cands, cfg, one_plan), cfg, periods, asks_when))
         merged = merge_hits(lists, weight)
         return (yield from self._lend(scope, where, merged, want, include_expired=include_expired))
 
@@ -967,11 +974,9 @@ class Operations:
         # larger one): the first ``want`` suffice. The time and session discounts lower
         # scores, so with either every candidate is scored.
         whole = cfg.session_decay < 1.0 or bool(periods) or asks_when
-        hits = fuse(candidates, cfg, plan, limit=None if whole else want)
-        if periods:
-            hits = weigh_by_time(hits, periods, cfg)
-        if asks_when:
-            hits = weigh_when(hits, cfg)
+        hits = _weighed(
+            fuse(candidates, cfg, plan, limit=None if whole else want), cfg, periods, asks_when
+        )
         return (yield from self._lend(scope, where, hits, want, include_expired=include_expired))
 
     def _lend(
