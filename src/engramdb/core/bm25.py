@@ -207,7 +207,7 @@ class BM25Index:
 
     def _alive_array(self) -> npt.NDArray[np.bool_]:
         if self._alive_arr is None or self._alive_arr.size != len(self._alive):
-            self._alive_arr = np.frombuffer(bytes(self._alive), dtype=np.bool_).copy()
+            self._alive_arr = np.frombuffer(self._alive, dtype=np.bool_).copy()
         return self._alive_arr
 
     def search(
