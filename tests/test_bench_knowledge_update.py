@@ -9,6 +9,7 @@ real data set (that is the benchmark's report, docs/benchmarks.md).
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.util
 import json
 import re
@@ -23,6 +24,8 @@ from typer.testing import CliRunner
 from engramdb.bench import knowledge_update as ku
 from engramdb.cli import app
 from engramdb.embedders import LocalEmbedder
+from engramdb.extract import AdditiveContext, ChatMessage, KnownMemory
+from engramdb.extract.prompting import build_additive_prompt
 from engramdb.llms import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -337,8 +340,106 @@ def test_tiny_data_set_figures_by_hand(tiny_report: tuple[dict[str, Any], Path])
     assert pet["as_of_acc"] == 0.0 and linked["overall"]["current_p@1"] == 1.0
     pet_now = next(d for d in linked["details"] if d["chain"] == "t1c2" and d["type"] == "current")
     assert "parrot" in pet_now["top5"][0].lower()
+    # The real additive pipeline with a scripted perfect model: the same four facts,
+    # and both changes linked, because both requests showed what they replace.
+    scripted = report["modes"]["scripted"]
+    assert scripted["memories"] == 4
+    assert scripted["links"] == {"changes": 2, "linked": 2, "share": 1.0}
+    assert scripted["by_kind"]["pet"]["current_p@1"] == 1.0
+    assert scripted["by_kind"]["pet"]["stale@1"] == 0.0
+    assert scripted["overall"]["current_p@1"] == 1.0
     text = ku.format_report(report)
     assert "current_p@1" in text and "verbatim" in text and "facts" in text
+    assert "2 of 2 changes linked" in text
+
+
+def _request(known: list[tuple[str, str]]) -> str:
+    """A real additive extraction request showing ``known`` (id, text) memories."""
+    ctx = AdditiveContext(
+        new_messages=[ChatMessage("user", "Congrats! Our parrot keeps shouting.", "Tom")],
+        recent_messages=[],
+        recent_memories=[
+            KnownMemory(mid, text, "2023-01-10T10:00:00+00:00") for mid, text in known
+        ],
+        related_memories=[],
+        observation_date=dt.date(2023, 8, 20),
+    )
+    messages, _ids = build_additive_prompt(ctx)
+    return str(messages[-1]["content"])
+
+
+def test_gold_reply_links_only_what_the_request_shows() -> None:
+    conv = ku.load_dict(_tiny())[0]
+    gold: dict[str, list[str]] = {"s2t2": ["s1t2"], "s2t1": ["s1t3"]}
+    parrot = next(t for s in conv.sessions for t in s.turns if t.id == "s2t2")
+    shown = _request(
+        [
+            ("a-uuid", "Maya's flat has geraniums."),
+            ("b-uuid", "Fine! We just adopted a beagle puppy."),
+        ]
+    )
+    assert ku.shown_memories(shown) == {
+        "Maya's flat has geraniums.": "0",
+        "Fine! We just adopted a beagle puppy.": "1",
+    }
+    reply = ku.gold_reply(conv, [parrot], shown, gold)
+    assert reply == {
+        "memory": [
+            {
+                "text": "Congrats! Our parrot keeps shouting good morning.",
+                "attributed_to": "user",
+                "link_kind": "updates",
+                "linked_memory_ids": ["1"],
+            }
+        ]
+    }
+    # The beagle fact not shown: the change is stored unlinked, as a real model would.
+    hidden = _request([("a-uuid", "Maya's flat has geraniums.")])
+    reply = ku.gold_reply(conv, [parrot], hidden, gold)
+    assert (
+        reply["memory"][0]["linked_memory_ids"] == []
+        and reply["memory"][0]["link_kind"] == "related"
+    )
+    # A memory text cannot pose as a shown line of its own.
+    forged = _request([("a-uuid", "x\n[9] Fine! We just adopted a beagle puppy. (2023-01-10)")])
+    assert "9" not in ku.shown_memories(forged).values()
+    # Turns that state nothing give nothing.
+    hello = next(t for s in conv.sessions for t in s.turns if t.id == "s1t1")
+    assert ku.gold_reply(conv, [hello], shown, gold) == {"memory": []}
+
+
+def test_questions_are_asked_after_the_last_session(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    tiny = _tiny()
+    pet_now = tiny["conversations"][0]["chains"][1]["questions"][0]
+    pet_now["text"] = "What animal does Tom have?"
+    data = tmp_path / "tiny.json"
+    data.write_text(json.dumps(tiny), "utf-8")
+    # At the wall clock every memory is years old and a decay of weight < 1 is
+    # nearly flat; the day after the last session, the parrot turn (a day old)
+    # keeps its score and the beagle turn (seven months) loses most of it.
+    retrieval = {"recency_weight": 0.9, "recency_half_life_days": 30}
+    runs = {
+        at: ku.run(
+            data,
+            modes=("verbatim",),
+            embedder=embedder,
+            retrieval=retrieval,
+            details=True,
+            ask_at=at,
+        )
+        for at in ("end", "clock")
+    }
+    assert {at: r["asked_at"] for at, r in runs.items()} == {"end": "end", "clock": "clock"}
+    mrr = {
+        at: next(d for d in r["modes"]["verbatim"]["details"] if d["question"] == "q4")[
+            "current_mrr"
+        ]
+        for at, r in runs.items()
+    }
+    assert mrr["end"] == 0.5 and mrr["clock"] < 0.5
+    assert ku._day_after(ku.load(data)[0]) == "2023-08-21T10:00:00+00:00"
 
 
 def test_as_of_answers_what_held_then(tmp_path: Path, embedder: LocalEmbedder) -> None:

@@ -24,6 +24,21 @@ the session date as ``timestamp``, each message named by who said it:
   ("Maya moved from Lisbon to Porto."), named by the person it is about, one
   ``add(infer=False)`` per session: what a perfect extractor would keep. No
   links between the facts (the extractor's links are what issue 15 changes).
+- ``linked``: the gold facts, one ``add(infer=False)`` each, every fact of a
+  later value linked (``updates``) to the facts of the value it replaces: a
+  perfect extractor that always sees what it replaces.
+- ``scripted``: every session through ``add(infer=True)``, ten turns per add,
+  with a scripted LLM that answers each real extraction request with the gold
+  facts of its turns and links each change to the replaced facts *the request
+  shows* (by their small ids): a perfect model behind the real pipeline, so the
+  known memories the pipeline picks decide what can be linked (the report's
+  ``links``: changes, those linked, and the share).
+- ``extracted``: the same adds through a configured LLM (a real model).
+
+The "now" and "before" questions are asked the day after the conversation's
+last session (``search(as_of=...)``; ``--ask-at clock`` asks at the wall
+clock), as a user would right after it: a recency decay measured at today's
+clock on data from 2022-2024 would see every memory as years old.
 
 **Scoring**, from ``Memory.search(question, user_id=..., top_k=...)``; a hit
 *states* a value when it is one of the value's stating turns (verbatim) or
@@ -49,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import json
 import re
@@ -57,6 +73,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -69,6 +86,7 @@ from engramdb.config import parse_config
 from engramdb.embedders import Embedder, make_embedder
 from engramdb.errors import ExtractionError
 from engramdb.llms import LLM
+from engramdb.llms.scripted import ScriptedLLM
 from engramdb.memory import Memory
 
 __all__ = [
@@ -83,17 +101,21 @@ __all__ = [
     "Turn",
     "Value",
     "format_report",
+    "gold_reply",
     "ingest",
     "load",
+    "load_dict",
     "main",
     "run",
     "score_question",
+    "shown_memories",
     "stated_by_text",
     "summarise",
 ]
 
-Mode = Literal["verbatim", "facts", "linked", "extracted"]
-MODES: Final[tuple[Mode, ...]] = ("verbatim", "facts", "linked")
+Mode = Literal["verbatim", "facts", "linked", "scripted", "extracted"]
+AskAt = Literal["end", "clock"]
+MODES: Final[tuple[Mode, ...]] = ("verbatim", "facts", "linked", "scripted")
 """The modes that need no LLM (``all``); ``extracted`` runs a configured LLM."""
 ALL_MODES: Final[tuple[Mode, ...]] = (*MODES, "extracted")
 TURNS_PER_ADD: Final = 10
@@ -190,9 +212,16 @@ class Conversation:
 
 def load(path: str | Path) -> list[Conversation]:
     """Read a knowledge-update data file (format 1: see scripts/gen_knowledge_updates.py)."""
-    raw = json.loads(Path(path).read_text("utf-8"))
+    try:
+        return load_dict(json.loads(Path(path).read_text("utf-8")))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def load_dict(raw: object) -> list[Conversation]:
+    """The conversations of a knowledge-update data set already parsed from JSON."""
     if not isinstance(raw, dict) or raw.get("format") != 1:
-        raise ValueError(f"{path}: not a knowledge-update data file of format 1")
+        raise ValueError("not a knowledge-update data file of format 1")
     out = []
     for conv in raw["conversations"]:
         sessions = tuple(
@@ -287,6 +316,105 @@ def _ingest_linked(memory: Memory, conv: Conversation) -> dict[str, list[str]]:
     return sources
 
 
+_KNOWN = re.compile(r"<known_memories>\n(.*?)\n</known_memories>", re.DOTALL)
+_KNOWN_LINE = re.compile(r"^\[(\d+)\] (.*?)(?: \(\d{4}-\d{2}-\d{2}\))?$")
+
+
+def shown_memories(request: str) -> dict[str, str]:
+    """The known memories an extraction request shows: text -> the small id it is shown with."""
+    block = _KNOWN.search(request)
+    out: dict[str, str] = {}
+    for line in block.group(1).splitlines() if block else ():
+        found = _KNOWN_LINE.match(line.strip())
+        if found:
+            out.setdefault(found.group(2), found.group(1))
+    return out
+
+
+def gold_reply(
+    conv: Conversation, turns: Sequence[Turn], request: str, gold: dict[str, list[str]]
+) -> dict[str, Any]:
+    """What a perfect extractor answers for ``turns``: their gold facts, linked where it can.
+
+    A fact of a later value is linked (``updates``) to the facts of the value it
+    replaces *that the request shows* in ``<known_memories>``, by the small ids
+    shown there; a replaced fact the request does not show cannot be linked, as
+    for a real model.
+    """
+    facts = {f.turn: f.text for s in conv.sessions for f in s.facts}
+    shown = shown_memories(request)
+    items = []
+    for turn in turns:
+        text = facts.get(turn.id)
+        if text is None:
+            continue
+        ids = sorted(
+            {shown[facts[b]] for b in gold.get(turn.id, ()) if facts.get(b) in shown}, key=int
+        )
+        items.append(
+            {
+                "text": text,
+                "attributed_to": "user",
+                "link_kind": "updates" if ids else "related",
+                "linked_memory_ids": ids,
+            }
+        )
+    return {"memory": items}
+
+
+def _reply_to(
+    conv: Conversation,
+    turns: Sequence[Turn],
+    gold: dict[str, list[str]],
+    tally: dict[str, int],
+    messages: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The scripted LLM's answer to one extraction call; counts the changes it could link."""
+    reply = gold_reply(conv, turns, str(messages[-1]["content"]), gold)
+    replacing = {t.id for t in turns if gold.get(t.id)}
+    facts = {f.turn: f.text for s in conv.sessions for f in s.facts}
+    texts = {facts[t] for t in replacing if t in facts}
+    for item in reply["memory"]:
+        if item["text"] in texts:
+            tally["changes"] += 1
+            tally["linked"] += bool(item["linked_memory_ids"])
+    return reply
+
+
+def _ingest_scripted(
+    memory: Memory, conv: Conversation, llm: ScriptedLLM, tally: dict[str, int]
+) -> dict[str, list[str]]:
+    """``scripted`` mode: every session through ``add(infer=True)``, the LLM scripted.
+
+    The same adds as ``extracted`` (ten turns each); the scripted LLM answers
+    each with :func:`gold_reply`, so prompt building, the known memories shown,
+    id mapping, parsing, validation and storage all run for real. ``tally``
+    counts the facts of later values (``changes``) and those the request let
+    it link (``linked``).
+    """
+    gold = _gold_links(conv)
+    turns_of: dict[str, list[str]] = {}
+    for session in conv.sessions:
+        for fact in session.facts:
+            turns_of.setdefault(fact.text, []).append(fact.turn)
+    sources: dict[str, list[str]] = {}
+    for session in conv.sessions:
+        turns = list(session.turns)
+        for start in range(0, len(turns), TURNS_PER_ADD):
+            part = turns[start : start + TURNS_PER_ADD]
+            llm.add(functools.partial(_reply_to, conv, part, gold, tally))
+            out = memory.add(
+                [{"role": "user", "content": t.text, "name": t.speaker} for t in part],
+                user_id=conv.id,
+                run_id=session.id,
+                metadata={"session": session.id},
+                timestamp=session.date,
+            )
+            for result in out["results"]:
+                sources.setdefault(result["id"], turns_of.get(result["memory"], []))
+    return sources
+
+
 def _ingest_extracted(memory: Memory, conv: Conversation) -> dict[str, list[str]]:
     """``extracted`` mode: the configured LLM extracts from every session's turns."""
     for session in conv.sessions:
@@ -331,7 +459,9 @@ def stated_by_text(conv: Conversation, text: str) -> list[str]:
     return out
 
 
-def ingest(memory: Memory, conv: Conversation, mode: Mode) -> dict[str, list[str]]:
+def ingest(
+    memory: Memory, conv: Conversation, mode: Mode, tally: dict[str, int] | None = None
+) -> dict[str, list[str]]:
     """Store one conversation; returns each memory id's source turn ids (ground truth).
 
     ``extracted`` returns ``{}``: its memories are scored by :func:`stated_by_text`.
@@ -340,6 +470,10 @@ def ingest(memory: Memory, conv: Conversation, mode: Mode) -> dict[str, list[str
         return _ingest_linked(memory, conv)
     if mode == "extracted":
         return _ingest_extracted(memory, conv)
+    if mode == "scripted":
+        if not isinstance(memory.llm, ScriptedLLM):
+            raise ValueError("scripted mode needs a Memory whose llm is a ScriptedLLM")
+        return _ingest_scripted(memory, conv, memory.llm, tally if tally is not None else {})
     sources: dict[str, list[str]] = {}
     for session in conv.sessions:
         if mode == "verbatim":
@@ -363,6 +497,18 @@ def ingest(memory: Memory, conv: Conversation, mode: Mode) -> dict[str, list[str
             if turn_id not in known:
                 known.append(turn_id)
     return sources
+
+
+def _reranks(settings: dict[str, Any]) -> bool:
+    """Whether the retrieval settings turn the LLM reranker on (it needs the LLM)."""
+    return bool(settings.get("retrieval", {}).get("rerank"))
+
+
+def _day_after(conv: Conversation) -> str:
+    """The moment the "now" and "before" questions are asked at: the day after the last session."""
+    last = max(s.date for s in conv.sessions)
+    moment = datetime.fromisoformat(last.replace("Z", "+00:00")) + timedelta(days=1)
+    return moment.isoformat()
 
 
 # -- scoring -------------------------------------------------------------------------------
@@ -434,6 +580,7 @@ def _run_mode(
     use_as_of: bool = True,
     config: dict[str, Any] | None = None,
     llm: LLM | None = None,
+    ask_at: AskAt = "end",
 ) -> dict[str, Any]:
     settings = dict(config or {})
     if retrieval:
@@ -444,19 +591,25 @@ def _run_mode(
             Path(tmp) / "ku.db",
             settings or None,
             embedder=wrapped,
-            llm=llm if mode == "extracted" else None,
+            llm=ScriptedLLM()
+            if mode == "scripted"
+            else llm
+            if mode == "extracted" or _reranks(settings)
+            else None,
         ) as memory,
     ):
         started = time.perf_counter()
         sources: dict[str, dict[str, list[str]]] = {}
+        tally = {"changes": 0, "linked": 0}
         for n, conv in enumerate(convs, 1):
             say(f"{mode}: ingesting {conv.id} ({n}/{len(convs)})")
-            sources[conv.id] = ingest(memory, conv, mode)
+            sources[conv.id] = ingest(memory, conv, mode, tally)
         ingest_s = time.perf_counter() - started
         memories = memory.store.count()
         failed = (
             sum(len(memory.failures(user_id=c.id)) for c in convs) if mode == "extracted" else 0
         )
+        asked_at = {c.id: _day_after(c) for c in convs} if ask_at == "end" else {}
         rows: list[tuple[str, dict[str, float]]] = []
         search_times: list[float] = []
         per_question: list[dict[str, Any]] = []
@@ -465,13 +618,12 @@ def _run_mode(
             ids = sources[conv.id]
             for chain in conv.chains:
                 for q in chain.questions:
+                    if q.type == "as_of":
+                        at = q.date if use_as_of else None
+                    else:
+                        at = asked_at.get(conv.id)
                     t0 = time.perf_counter()
-                    found = memory.search(
-                        q.text,
-                        user_id=conv.id,
-                        top_k=top_k,
-                        as_of=q.date if q.type == "as_of" and use_as_of else None,
-                    )["results"]
+                    found = memory.search(q.text, user_id=conv.id, top_k=top_k, as_of=at)["results"]
                     search_times.append(time.perf_counter() - t0)
                     ranked = [
                         stated_by_text(conv, r["memory"])
@@ -497,6 +649,11 @@ def _run_mode(
     kinds = sorted({k for k, _ in rows})
     result: dict[str, Any] = {
         "memories": memories,
+        **(
+            {"links": {**tally, "share": round(tally["linked"] / max(1, tally["changes"]), 4)}}
+            if mode == "scripted"
+            else {}
+        ),
         "ingest_seconds": round(ingest_s, 2),
         **({"failed_adds": failed} if mode == "extracted" else {}),
         "overall": summarise([r for _, r in rows]),
@@ -522,6 +679,7 @@ def run(
     config: dict[str, Any] | None = None,
     llm: LLM | None = None,
     conversations: int | None = None,
+    ask_at: AskAt = "end",
     cache_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark in each of ``modes``; returns the report (and writes ``out``).
@@ -529,7 +687,9 @@ def run(
     ``data`` defaults to the checked-in :data:`DEFAULT_DATA`; ``embedder``
     replaces the local model (tests); ``details`` adds every question's top 5;
     ``retrieval`` overrides retrieval settings (``{"recency_weight": 0.3}``);
-    ``use_as_of=False`` asks the as-of questions without ``search(as_of=...)``.
+    ``use_as_of=False`` asks the as-of questions without ``search(as_of=...)``;
+    ``ask_at="clock"`` asks the now/before questions at the wall clock instead
+    of the day after each conversation's last session.
     ``extracted`` mode extracts with ``llm``, else the LLM of ``config`` (a
     mem0-shaped dict, also used for the extraction settings) or of
     ``$ENGRAM_LLM``; replies are cached under ``cache_dir`` (reruns are free).
@@ -551,8 +711,14 @@ def run(
     convs = load(path)[:conversations]
     base = embedder or make_embedder("local", {})
     cached: CachedLLM | None = None
-    if "extracted" in modes:
-        inner = llm or build_llm(parse_config(config, None), "--mode extracted needs an LLM")
+    settings = {
+        **(config or {}),
+        "retrieval": {**(config or {}).get("retrieval", {}), **(retrieval or {})},
+    }
+    if "extracted" in modes or _reranks(settings):
+        inner = llm or build_llm(
+            parse_config(config, None), "--mode extracted and an LLM reranker need an LLM"
+        )
         cache_root = Path(cache_dir).expanduser() if cache_dir else Path(tempfile.mkdtemp())
         cached = CachedLLM(inner, cache_root)
     wrapped = _QueryVectors(base)
@@ -580,9 +746,10 @@ def run(
         "latency": {"embed_query": _latency(embed_times)},
         "retrieval": retrieval or {},
         "as_of_parameter": use_as_of,
+        "asked_at": ask_at,
         "modes": {
             m: _run_mode(
-                m, convs, wrapped, top_k, details, say, retrieval, use_as_of, config, cached
+                m, convs, wrapped, top_k, details, say, retrieval, use_as_of, config, cached, ask_at
             )
             for m in modes
         },
@@ -617,6 +784,12 @@ def format_report(report: dict[str, Any]) -> str:
                 f"{mode:9s} {name:10s} {mem:>6s} "
                 + " ".join(f"{_cell(row[m]):>14s}" for m in METRICS)
             )
+        if "links" in figures:
+            links = figures["links"]
+            lines.append(
+                f"{mode}: {links['linked']} of {links['changes']} changes linked "
+                f"({links['share']:.3f}): the rest replaced a memory the request did not show"
+            )
         lat = figures["latency"]["search"]
         if lat.get("n"):
             lines.append(
@@ -646,6 +819,13 @@ def main(argv: list[str] | None = None) -> int:
         "--retrieval", type=json.loads, help='retrieval settings as JSON: {"recency_weight": 0.3}'
     )
     parser.add_argument(
+        "--ask-at",
+        choices=("end", "clock"),
+        default="end",
+        help="when the now/before questions are asked: the day after the last session "
+        "(default) or the wall clock",
+    )
+    parser.add_argument(
         "--no-as-of", action="store_true", help="ask as-of questions without search(as_of=)"
     )
     args = parser.parse_args(argv)
@@ -662,6 +842,7 @@ def main(argv: list[str] | None = None) -> int:
         config=load_config_file(args.config),
         conversations=args.conversations,
         cache_dir=args.cache,
+        ask_at=args.ask_at,
     )
     print(format_report(report))
     return 0

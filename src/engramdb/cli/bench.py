@@ -761,8 +761,10 @@ def bench_knowledge_update(
                 "What is stored: 'verbatim' (every turn, infer=False), 'facts' (the gold fact "
                 "sentence of every stating turn, no links), 'linked' (the same facts, each "
                 "linked with 'updates' to the value it replaces: a perfect extractor), "
-                "'extracted' (add(infer=True) of every session with the configured LLM) or "
-                "'all' (the three that need no LLM)."
+                "'scripted' (add(infer=True) of every session, a scripted LLM answering "
+                "with the gold facts and linking what the request shows), 'extracted' "
+                "(add(infer=True) with the configured LLM) or 'all' (the four that need "
+                "no LLM)."
             ),
         ),
     ] = "all",
@@ -782,6 +784,16 @@ def bench_knowledge_update(
     no_as_of: Annotated[
         bool, typer.Option("--no-as-of", help="Ask as-of questions without search(as_of=).")
     ] = False,
+    ask_at: Annotated[
+        str,
+        typer.Option(
+            metavar="WHEN",
+            help=(
+                "When the now/before questions are asked: 'end' (the day after the "
+                "conversation's last session) or 'clock' (the wall clock)."
+            ),
+        ),
+    ] = "end",
     config: LlmConfigFile = None,
     conversations: Annotated[
         int | None,
@@ -800,8 +812,11 @@ def bench_knowledge_update(
 
     if mode not in (*bench.ALL_MODES, "all"):
         raise typer.BadParameter(
-            "must be 'verbatim', 'facts', 'linked', 'extracted' or 'all'", param_hint="--mode"
+            "must be 'verbatim', 'facts', 'linked', 'scripted', 'extracted' or 'all'",
+            param_hint="--mode",
         )
+    if ask_at not in ("end", "clock"):
+        raise typer.BadParameter("must be 'end' or 'clock'", param_hint="--ask-at")
     modes = bench.MODES if mode == "all" else (mode,)
     cfg = _load_config(config or ctx.find_root().obj.config_file) if mode == "extracted" else None
     with _expected_errors():
@@ -818,6 +833,7 @@ def bench_knowledge_update(
                 config=cfg,
                 conversations=conversations,
                 cache_dir=cache,
+                ask_at=ask_at,  # type: ignore[arg-type]
             )
         except (FileNotFoundError, ValueError, KeyError) as exc:
             _fail(str(exc))
