@@ -401,3 +401,43 @@ def test_recency_is_a_ranking_signal_not_a_filter(tmp_path: Path, embedder: Loca
         found = m.search("What sport does Maya play?", user_id="maya", explain=True)["results"]
         assert [r["memory"] for r in found] == ["Maya plays padel.", "Maya plays tennis."]
         assert found[1]["score_details"]["recency"] < found[0]["score_details"]["recency"] <= 1
+
+
+def test_a_long_add_shows_more_related_memories(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    """Ten new messages touch more topics than one: the request shows more related memories.
+
+    A change can only be linked to a memory the request shows (the knowledge-update
+    benchmark's scripted mode measures the share), so the related budget grows with
+    the add: ``max(related_memories, min(related_per_message * n, 60))``.
+    """
+    from engramdb.bench.knowledge_update import shown_memories
+    from engramdb.llms import ScriptedLLM
+
+    topics = ["tennis", "Porto", "a beagle", "kombucha", "a Fiat 500", "Finnish", "knitting"]
+    seen: list[int] = []
+
+    def reply(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        seen.append(len(shown_memories(str(messages[-1]["content"]))))
+        return {"memory": []}
+
+    for per_message, expected in ((4, 40), (0, 15)):
+        llm = ScriptedLLM([reply, reply])
+        # No recent memories: the request shows the related ones alone.
+        config = {"extraction": {"recent_memories": 0, "related_per_message": per_message}}
+        with Memory(tmp_path / f"r{per_message}.db", config, embedder=embedder, llm=llm) as m:
+            # 80 stored facts, told by Maya about her life.
+            m.add(
+                [
+                    {"role": "user", "content": f"Fact {i}: Maya's note about {topics[i % 7]}."}
+                    for i in range(80)
+                ],
+                user_id="maya",
+                infer=False,
+            )
+            seen.clear()
+            new = [{"role": "user", "content": f"Maya now likes {t}."} for t in topics]
+            m.add(new + new[:3], user_id="maya")  # ten new messages
+            m.add(new[:1], user_id="maya")  # one
+        ten, one = seen
+        assert ten == expected, (per_message, seen)
+        assert one == 15, (per_message, seen)  # related_memories: the floor

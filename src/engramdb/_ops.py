@@ -1037,10 +1037,10 @@ class Operations:
         recent_rows = yield from store_call(
             Store.list_memories, visible, None, limit=cfg.recent_memories
         )
-        said = "\n".join(m.content for m in prep.chat if m.role != "system")
-        related = yield from self._related(visible, said, cfg.related_memories)
-        shown = {r.id for r in recent_rows} | {r.id for r in related}
         new_chat = [m for m in prep.chat if m.role != "system"]
+        said = "\n".join(m.content for m in new_chat)
+        related = yield from self._related(visible, said, cfg.related_for(len(new_chat)))
+        shown = {r.id for r in recent_rows} | {r.id for r in related}
         ctx = AdditiveContext(
             new_messages=new_chat,
             recent_messages=[

@@ -49,6 +49,10 @@ class Limits(_Frozen):
     """Most messages in one ``add()`` call."""
 
 
+RELATED_CAP = 60
+"""The most related memories ``related_per_message`` alone asks for in one add."""
+
+
 class ExtractionConfig(_Frozen):
     """How ``add(infer=True)`` turns messages into memories when an LLM is configured."""
 
@@ -68,7 +72,18 @@ class ExtractionConfig(_Frozen):
     recent_memories: int = Field(default=20, ge=0, le=200)
     """Newest memories of the scope shown as context."""
     related_memories: int = Field(default=15, ge=0, le=200)
-    """Memories most related to the new messages (hybrid search) shown as context."""
+    """Memories most related to the new messages (hybrid search) shown as context:
+    at least this many, more for a long add (``related_per_message``)."""
+    related_per_message: int = Field(default=4, ge=0, le=20)
+    """An add of ``n`` new messages shows ``max(related_memories,
+    min(related_per_message * n, 60))`` related memories: ten messages touch
+    more topics than one, and a change can only be linked to a memory the
+    request shows (docs/extraction.md). 0 keeps ``related_memories`` fixed."""
+
+    def related_for(self, messages: int) -> int:
+        """How many related memories an add of ``messages`` new messages shows."""
+        scaled = min(self.related_per_message * messages, RELATED_CAP)
+        return max(self.related_memories, scaled)
     prompt: Literal["auto", "standard", "compact"] = "auto"
     """The additive prompt: ``standard`` (full rules, for hosted models),
     ``compact`` (short rules and a worked example as a chat turn: what small
