@@ -2,8 +2,10 @@
 
 The first part drives the app in process (Starlette's TestClient, cookies and
 all). The second starts a real ``engram serve`` on loopback and drives Debian's
-Chromium through Playwright; it writes the screenshots of docs/img/. It skips
-only when no Chromium is installed here, and fails instead when ``CI`` is set.
+Chromium through Playwright; it takes the screenshots of docs/img/ (written
+there only with ``ENGRAM_UPDATE_SCREENSHOTS=1``, else to a temporary folder, so
+a test run leaves the tree clean). It skips only when no Chromium is installed
+here, and fails instead when ``CI`` is set.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from engramdb.server import KeyStore, create_app
 from engramdb.server.ui import build_filter, metadata_diff, word_diff
 
 ROOT = Path(__file__).resolve().parents[1]
-IMG = ROOT / "docs" / "img"
+DOCS_IMG = ROOT / "docs" / "img"
 
 _GARBAGE = "this is not JSON at all"
 _EXTRACTED = {
@@ -494,7 +496,9 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
     alice = keys.create(user_id="alice", name="alice").key
     keys.close()
     process, url = _start_serve(tmp_path)
-    IMG.mkdir(parents=True, exist_ok=True)
+    refresh = os.environ.get("ENGRAM_UPDATE_SCREENSHOTS") == "1"
+    img = DOCS_IMG if refresh else tmp_path / "img"
+    img.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
     seen_text: list[str] = []
     try:
@@ -524,7 +528,7 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
             expect(page).to_have_url(re.compile(r"/ui/overview"))
             expect(page.locator(".card .big").first).to_have_text("5")
             seen_text.append(page.content())
-            page.screenshot(path=str(IMG / "ui-overview.png"))
+            page.screenshot(path=str(img / "ui-overview.png"))
 
             # Browse: scopes, a page of memories, the simple filter and the JSON box.
             visit("/ui/scopes")
@@ -533,7 +537,7 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
             rows = page.locator("li.memory")
             expect(rows).to_have_count(5)
             expect(rows.first).to_contain_text("Saturdays")  # newest first
-            page.screenshot(path=str(IMG / "ui-memories.png"))
+            page.screenshot(path=str(img / "ui-memories.png"))
             page.click("details.filters summary")
             page.fill("input[name=fk]", "category")
             page.fill("input[name=fv]", "food")
@@ -560,7 +564,7 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
                 ["semantic", "keyword", "entity"]
             )
             seen_text.append(page.content())
-            page.screenshot(path=str(IMG / "ui-search.png"))
+            page.screenshot(path=str(img / "ui-search.png"))
 
             # Open a memory, edit it, see the diff, restore, delete, restore.
             results.first.locator("a.text").click()
@@ -577,7 +581,7 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
             expect(first.locator("ins")).to_have_text("oat milk")
             expect(first.locator(".actor")).to_have_text("ui")
             seen_text.append(page.content())
-            page.screenshot(path=str(IMG / "ui-memory.png"), full_page=True)
+            page.screenshot(path=str(img / "ui-memory.png"), full_page=True)
             page.click("button:has-text('Restore v1')")
             expect(page.locator("blockquote.text")).to_contain_text("black coffee")
             page.click("button:has-text('Delete (restorable)')")
@@ -604,7 +608,7 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
             reply = page.locator("li.failure details.reply")
             reply.locator("summary").click()
             expect(reply.locator("pre.raw")).to_have_text(_GARBAGE)
-            page.screenshot(path=str(IMG / "ui-failures.png"))
+            page.screenshot(path=str(img / "ui-failures.png"))
             page.click("button:has-text('Retry extraction')")
             expect(page.locator(".flash")).to_contain_text("1 new memory")
             visit("/ui/memories")
@@ -637,4 +641,4 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
         assert "vault" not in text and "4711" not in text
     assert "Traceback" not in err, err
     for name in ("overview", "memories", "search", "memory", "failures"):
-        assert (IMG / f"ui-{name}.png").stat().st_size > 5_000
+        assert (img / f"ui-{name}.png").stat().st_size > 5_000
