@@ -500,8 +500,9 @@ def ingest(
 
 
 def _reranks(settings: dict[str, Any]) -> bool:
-    """Whether the retrieval settings turn the LLM reranker on (it needs the LLM)."""
-    return bool(settings.get("retrieval", {}).get("rerank"))
+    """Whether the retrieval settings use an LLM at search time (reranker, query rewrite)."""
+    retrieval = settings.get("retrieval", {})
+    return bool(retrieval.get("rerank")) or retrieval.get("query_rewrite") is not None
 
 
 def _day_after(conv: Conversation) -> str:
