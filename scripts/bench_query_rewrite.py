@@ -109,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
                 if others % max(1, args.sample) == 0:
                     picked.append((conv, q))
                 others += 1
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
     say(f"{len(picked)} questions")
     embed_questions([q for _, q in picked], base, wrapped)
     report: dict[str, Any] = {"model": args.model, "questions": len(picked), "variants": []}
@@ -128,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=say,
         )
         for variant in variants:
-            fusion = FusionConfig(query_rewrite=variant)
+            fusion = FusionConfig.model_validate({"query_rewrite": variant})
             config = {"retrieval": fusion.model_dump()}
             rows: list[tuple[str, int, dict[str, float]]] = []
             search_s: list[float] = []

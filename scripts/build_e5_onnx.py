@@ -44,15 +44,19 @@ import hashlib
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
-from sentencepiece import sentencepiece_model_pb2 as spm_pb
+from sentencepiece import sentencepiece_model_pb2
 
 from engramdb.embedders._e5file import E5File
 from engramdb.embedders.local import _bundled_model_path
+
+# Generated protobuf code: its message classes are made at import, unseen by mypy.
+spm_pb: Any = sentencepiece_model_pb2
 
 OPSET = 17
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "src/engramdb/data/models"
@@ -70,13 +74,13 @@ class _Graph:
         self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array, dtype=dtype), name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], outputs: int = 1, **attrs: object) -> list[str]:
+    def op(self, op_type: str, inputs: list[str], outputs: int = 1, **attrs: Any) -> list[str]:
         self._count += 1
         names = [f"{op_type.lower()}_{self._count}_{i}" for i in range(outputs)]
         self.nodes.append(helper.make_node(op_type, inputs, names, **attrs))
         return names
 
-    def one(self, op_type: str, inputs: list[str], **attrs: object) -> str:
+    def one(self, op_type: str, inputs: list[str], **attrs: Any) -> str:
         return self.op(op_type, inputs, **attrs)[0]
 
 
@@ -180,7 +184,8 @@ def build_vocabulary(model: E5File) -> bytes:
             piece.type = kinds.UNKNOWN
         elif index in control:
             piece.type = kinds.CONTROL
-    return proto.SerializeToString(deterministic=True)
+    serialised: bytes = proto.SerializeToString(deterministic=True)
+    return serialised
 
 
 def build(source: Path, out_dir: Path) -> dict[str, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Protocol
 
 # Typer reads these when it is imported, so they are set before the import below:
 # a fixed width and no colours make the output the same on every machine and in CI.
@@ -23,7 +24,6 @@ os.environ["NO_COLOR"] = "1"
 for _var in ("FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS", "ENGRAM_DB", "ENGRAM_LOCOMO"):
     os.environ.pop(_var, None)
 
-from click import Command  # noqa: E402  (after the environment is fixed)
 from typer.core import TyperGroup  # noqa: E402
 from typer.main import get_command  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
@@ -70,7 +70,13 @@ def render() -> str:
     return "\n".join(parts)
 
 
-def _section(path: list[str], command: Command) -> list[str]:
+class _Command(Protocol):
+    """What a section reads from a command (Typer's click, vendored or not)."""
+
+    def get_short_help_str(self, limit: int = ...) -> str: ...
+
+
+def _section(path: list[str], command: _Command) -> list[str]:
     summary = command.get_short_help_str(limit=200).strip()
     title = " ".join(["engram", *path])
     return [f"## `{title}`\n", f"{summary}\n", "```text", _help(path), "```\n"]

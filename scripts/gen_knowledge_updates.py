@@ -1380,11 +1380,11 @@ def _conversation(rng: random.Random, number: int, names: list[str]) -> dict[str
     dates = _session_dates(rng, n_sessions)
     # Chains: one per (person, kind); kinds repeat across people on purpose.
     pairs: list[tuple[str, Kind]] = []
-    per_person = {s: rng.sample(KINDS, len(KINDS)) for s in speakers}
+    per_person = {p: rng.sample(KINDS, len(KINDS)) for p in speakers}
     while len(pairs) < CHAINS_PER_CONVERSATION:
-        for s in speakers:
-            if len(pairs) < CHAINS_PER_CONVERSATION and per_person[s]:
-                pairs.append((s, per_person[s].pop()))
+        for person in speakers:
+            if len(pairs) < CHAINS_PER_CONVERSATION and per_person[person]:
+                pairs.append((person, per_person[person].pop()))
     chains: list[_Chain] = []
     events: dict[int, list[_Event]] = {i: [] for i in range(n_sessions)}
     for c, (subject, kind) in enumerate(pairs, 1):
@@ -1474,7 +1474,7 @@ def _conversation(rng: random.Random, number: int, names: list[str]) -> dict[str
             if event.index == 0:
                 text = _fill(rng.choice(kind.first), v=v.value)
                 fact = _fill(rng.choice(kind.fact), v=v.value, S=subj)
-                react = REACT_FIRST
+                react: tuple[str, ...] = REACT_FIRST
             else:
                 old = chain.values[event.index - 1].value
                 roll = rng.random()
