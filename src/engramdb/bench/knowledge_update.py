@@ -331,6 +331,12 @@ def shown_memories(request: str) -> dict[str, str]:
     return out
 
 
+@functools.cache
+def _fact_texts(conv: Conversation) -> dict[str, str]:
+    """Each stating turn's gold fact text (read-only: shared between calls)."""
+    return {f.turn: f.text for s in conv.sessions for f in s.facts}
+
+
 def gold_reply(
     conv: Conversation, turns: Sequence[Turn], request: str, gold: dict[str, list[str]]
 ) -> dict[str, Any]:
@@ -341,7 +347,7 @@ def gold_reply(
     shown there; a replaced fact the request does not show cannot be linked, as
     for a real model.
     """
-    facts = {f.turn: f.text for s in conv.sessions for f in s.facts}
+    facts = _fact_texts(conv)
     shown = shown_memories(request)
     items = []
     for turn in turns:
@@ -372,7 +378,7 @@ def _reply_to(
     """The scripted LLM's answer to one extraction call; counts the changes it could link."""
     reply = gold_reply(conv, turns, str(messages[-1]["content"]), gold)
     replacing = {t.id for t in turns if gold.get(t.id)}
-    facts = {f.turn: f.text for s in conv.sessions for f in s.facts}
+    facts = _fact_texts(conv)
     texts = {facts[t] for t in replacing if t in facts}
     for item in reply["memory"]:
         if item["text"] in texts:
@@ -499,7 +505,15 @@ def ingest(
     return sources
 
 
-def _reranks(settings: dict[str, Any]) -> bool:
+def _settings(config: dict[str, Any] | None, retrieval: dict[str, Any] | None) -> dict[str, Any]:
+    """The Memory config of a run: ``config`` with ``retrieval`` laid over its retrieval part."""
+    settings = dict(config or {})
+    if retrieval:
+        settings["retrieval"] = {**settings.get("retrieval", {}), **retrieval}
+    return settings
+
+
+def _searches_with_llm(settings: dict[str, Any]) -> bool:
     """Whether the retrieval settings use an LLM at search time (reranker, query rewrite)."""
     retrieval = settings.get("retrieval", {})
     return bool(retrieval.get("rerank")) or retrieval.get("query_rewrite") is not None
@@ -583,9 +597,7 @@ def _run_mode(
     llm: LLM | None = None,
     ask_at: AskAt = "end",
 ) -> dict[str, Any]:
-    settings = dict(config or {})
-    if retrieval:
-        settings["retrieval"] = {**settings.get("retrieval", {}), **retrieval}
+    settings = _settings(config, retrieval)
     with (
         tempfile.TemporaryDirectory(prefix="engram-ku-") as tmp,
         Memory(
@@ -595,7 +607,7 @@ def _run_mode(
             llm=ScriptedLLM()
             if mode == "scripted"
             else llm
-            if mode == "extracted" or _reranks(settings)
+            if mode == "extracted" or _searches_with_llm(settings)
             else None,
         ) as memory,
     ):
@@ -712,11 +724,7 @@ def run(
     convs = load(path)[:conversations]
     base = embedder or make_embedder("local", {})
     cached: CachedLLM | None = None
-    settings = {
-        **(config or {}),
-        "retrieval": {**(config or {}).get("retrieval", {}), **(retrieval or {})},
-    }
-    if "extracted" in modes or _reranks(settings):
+    if "extracted" in modes or _searches_with_llm(_settings(config, retrieval)):
         inner = llm or build_llm(
             parse_config(config, None), "--mode extracted and an LLM reranker need an LLM"
         )
