@@ -50,8 +50,8 @@ the fact of one (facts):
   ``current_vs_old``: the last value is found and ranks above every older one
   (the staleness part alone, whatever else ranks above them).
 - ``as_of_acc``: for "what held on D" (D before the last change), the value
-  valid on D is found and ranks above every other value of the chain. There
-  is no ``as_of`` search parameter yet, so this is search's plain ranking.
+  valid on D is found and ranks above every other value of the chain, asked
+  with ``search(as_of=D)`` (``use_as_of=False``, ``--no-as-of``: the plain ranking).
 - ``previous_r@5``: for "what did they ... before", a hit among the first five
   states the value before the last one (or is the transition turn naming it).
 

@@ -23,14 +23,7 @@ class _Neighbours(_Store):
         *,
         include_expired: bool = False,
     ) -> dict[str, list[tuple[int, MemoryRow]]]:
-        """For each of ``memory_ids``: up to ``span`` memories each side of it, nearest first.
-
-        A neighbour has the memory's own ``user_id``, ``agent_id`` and
-        ``run_id`` (the same conversation session) and is live, in ``scope``
-        and matches ``where``; the order is the store's insertion order
-        (``created_at``, then the row), offsets ``-1, +1, -2, +2, ...``. An id
-        that is unknown has no entry.
-        """
+        """See :meth:`engramdb.stores.base.Store.neighbours`."""
         ids = list(dict.fromkeys(memory_ids))
         if span <= 0 or not ids:
             return {}
