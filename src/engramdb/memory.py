@@ -1,6 +1,6 @@
 """``Memory`` and ``AsyncMemory``: the mem0-compatible faces.
 
-Both are thin: each method builds a flow from :class:`engramdb._ops.Operations`
+Both are thin: each method builds a flow from :class:`engramdb.flows.Operations`
 (where validation and the pipeline live, once) and drives it — ``Memory``
 with blocking calls, ``AsyncMemory`` without blocking the event loop. Results
 are plain dicts in mem0's shapes.
@@ -32,7 +32,7 @@ from engramdb._engine import (
     run_async,
     run_sync,
 )
-from engramdb._ops import Operations, entities_of, event_dict, item
+from engramdb.flows import Operations, entities_of, event_dict, item
 from engramdb.config import EngramConfig, default_home, parse_config
 from engramdb.core.text import content_hash
 from engramdb.core.validate import (

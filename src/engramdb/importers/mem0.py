@@ -54,10 +54,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from engramdb._ops import _expiry
 from engramdb.core.text import content_hash
 from engramdb.core.validate import check_metadata, check_scope, check_text, parse_timestamp
 from engramdb.errors import ImportFormatError, ValidationError
+from engramdb.flows.shared import expires_at_of
 from engramdb.memory import EXPORT_FORMAT, Memory
 from engramdb.search import document_text
 from engramdb.stores.base import visible_scope
@@ -654,7 +654,7 @@ def _plan_point(
             raise ValidationError("it has no created_at, in its payload or its history")
         updated_at = _time(p.get("updated_at"), "updated_at") or created_at
         expiry = p.get("expiration_date")
-        expires_at = _expiry(expiry) if expiry not in (None, "") else None
+        expires_at = expires_at_of(expiry) if expiry not in (None, "") else None
         metadata = check_metadata({k: v for k, v in p.items() if k not in _PAYLOAD_KEYS})
     except ValidationError as exc:
         return None, str(exc)

@@ -1,0 +1,52 @@
+"""Every operation of the API, written once as a flow of effects.
+
+:class:`Operations` holds configuration only (no connection, no client,
+no model): its methods are generators that validate input, yield effects
+(:mod:`engramdb._engine`) for the I/O, and return mem0-shaped results.
+``Memory`` drives them synchronously, ``AsyncMemory`` asynchronously.
+
+The flows are split by concern, one mixin each, over one base state::
+
+    shared.py      FlowState: configuration, caller scope, visibility checks;
+                   result shaping (item, event_dict, history_item, ...)
+    read.py        ReadFlows: search (hybrid retrieval, levers) and reads by id
+    change.py      ChangeFlows: update, delete, delete_all, restore, purge
+    extraction.py  ExtractionFlows(ReadFlows, ChangeFlows): the LLM passes
+                   and the store write every add ends in
+    write.py       WriteFlows(ExtractionFlows): add, verbatim, retry, failures
+
+A module imports only those above it in this list. The other flows live
+next to their use: :mod:`engramdb.reembed` (moving the store to another
+embedder) and :mod:`engramdb.maintain` (upkeep, driven by a face).
+"""
+
+from __future__ import annotations
+
+from engramdb.flows.change import ChangeFlows
+from engramdb.flows.read import ReadFlows
+from engramdb.flows.shared import (
+    FlowState,
+    entities_of,
+    event_dict,
+    expiration_date,
+    expires_at_of,
+    history_item,
+    item,
+    message_item,
+)
+from engramdb.flows.write import WriteFlows
+
+__all__ = [
+    "Operations",
+    "entities_of",
+    "event_dict",
+    "expiration_date",
+    "expires_at_of",
+    "history_item",
+    "item",
+    "message_item",
+]
+
+
+class Operations(WriteFlows, ReadFlows, ChangeFlows, FlowState):
+    """The flows behind every API method, parameterised by configuration only."""

@@ -1,0 +1,558 @@
+"""The read flows: search (hybrid retrieval and its levers) and the reads by id.
+
+Owns :class:`ReadFlows`: ``search`` (candidates from the store, fusion,
+the time / neighbour / entity-hop levers, query rewriting, the second
+stage, supersession), ``get``, ``get_all``, ``history``, ``timeline``,
+``source_messages`` and ``scope_counts``; also ``_hybrid``, which the
+extraction flows use to find the memories related to new messages.
+
+May call: :mod:`engramdb.flows.shared`, the effects, fusion
+(:mod:`engramdb.search`), :mod:`engramdb.expand`, :mod:`engramdb.rewrite`,
+:mod:`engramdb.rerank`, core and the store port. Never writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import date, datetime
+from typing import Any
+
+from engramdb._engine import EmbedQuery, Flow, store_call
+from engramdb._time import utc_now
+from engramdb.core.filters import And, Node, evaluate, parse_filters, split_scope
+from engramdb.core.records import Candidate
+from engramdb.core.validate import (
+    check_scope,
+    check_text,
+    check_threshold,
+    check_top_k,
+    parse_timestamp,
+)
+from engramdb.errors import (
+    LLMError,
+    MemoryNotFoundError,
+    ReplyFormatError,
+    ScopeError,
+    ValidationError,
+)
+from engramdb.expand import (
+    diversify,
+    entity_hop_on,
+    is_message,
+    lend_through_entities,
+    lend_to_neighbours,
+    named_periods,
+    neighbour_span,
+    neighbours_on,
+    weigh_by_time,
+    weigh_when,
+    when_asked,
+)
+from engramdb.flows.shared import (
+    FlowState,
+    _with_superseded,
+    history_item,
+    item,
+    message_item,
+    record_of,
+)
+from engramdb.nlp.querytime import Period
+from engramdb.rewrite import looks_multipart, merge_hits, rewrite_query
+from engramdb.search import (
+    FusionConfig,
+    Hit,
+    QueryPlan,
+    apply_recency,
+    apply_rerank,
+    calibrate,
+    fuse,
+    plan_query,
+    rank_superseded,
+    when,
+)
+from engramdb.stores.base import MemoryRow, Scope, Store
+
+log = logging.getLogger("engramdb")
+
+
+def as_of_stamp(value: object) -> str | None:
+    """``search(as_of=...)`` as an ISO UTC instant; a plain date is the end of that day."""
+    if value is None:
+        return None
+    day: date | None = None
+    if isinstance(value, date) and not isinstance(value, datetime):
+        day = value
+    elif isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            day = date.fromisoformat(value.strip())
+    if day is not None:
+        return f"{day.isoformat()}T23:59:59.999999+00:00"
+    stamp = parse_timestamp(value, "as_of")
+    assert stamp is not None
+    return stamp
+
+
+def as_of_filter(at: str) -> Node:
+    """Memories that were stated by ``at`` and had not expired by then."""
+    node = parse_filters(
+        {
+            "OR": [{"observed_at": {"lte": at}}, {"observed_at": None, "created_at": {"lte": at}}],
+            "AND": [{"OR": [{"expires_at": None}, {"expires_at": {"gt": at}}]}],
+        }
+    )
+    assert node is not None
+    return node
+
+
+def holds_at(row: MemoryRow, moment: str) -> bool:
+    """Whether a memory was stated by ``moment`` and had not expired by then."""
+    return when(row) <= moment and (row.expires_at is None or row.expires_at > moment)
+
+
+def _weighed(
+    hits: list[Hit], config: FusionConfig, periods: Sequence[Period], asks_when: bool
+) -> list[Hit]:
+    """Fused hits with the query's time levers applied: the named periods, a "when" question."""
+    if periods:
+        hits = weigh_by_time(hits, periods, config)
+    if asks_when:
+        hits = weigh_when(hits, config)
+    return hits
+
+
+class ReadFlows(FlowState):
+    """Search and the reads by id."""
+
+    def search(
+        self,
+        query: object,
+        *,
+        filters: dict[str, Any] | None,
+        top_k: object,
+        threshold: object,
+        explain: bool,
+        ids: dict[str, object],
+        expand_links: bool = False,
+        rerank: bool | None = None,
+        show_expired: bool = False,
+        as_of: object = None,
+        include_superseded: bool = True,
+    ) -> Flow[dict[str, Any]]:
+        """``Memory.search``."""
+        text = check_text(query, self.limits.max_text_chars, "query")
+        k = check_top_k(top_k)
+        thr = check_threshold(threshold)
+        scope, where = self._scope_and_where(filters, ids, "search()")
+        at = as_of_stamp(as_of)
+        if at is not None:
+            # What held then: stated by then, and not yet expired then (an expired
+            # memory may have held at that date, so expiry is judged at ``at``).
+            then = as_of_filter(at)
+            where = then if where is None else And((where, then))
+        if rerank and (self.fusion.rerank is None or self.reranker is None):
+            log.debug("search(rerank=True): no reranker is configured; fused order kept")
+        yield from self._bind()
+        vec = yield EmbedQuery(text)
+        subqueries = yield from self._rewrite(text)
+        hits = yield from self._hybrid(
+            scope,
+            where,
+            text,
+            vec,
+            k,
+            subqueries=subqueries,
+            rerank=rerank is not False,
+            include_expired=bool(show_expired) or at is not None,
+            now=at,
+        )
+        hits = apply_recency(hits, self.fusion, at or utc_now())
+        # Superseders come from the search's own scope: a run-scoped search never
+        # pulls in (or is told about) another run's memory.
+        supers = yield from self._superseders([h.row for h in hits], scope, at)
+        hits = rank_superseded(
+            hits,
+            supers,
+            include_superseded=bool(include_superseded),
+            pull=lambda row: where is None or evaluate(where, record_of(row)),
+        )[:k]
+        if any(h.row.id not in supers and h.row.superseder_ids for h in hits):
+            # A pulled-in memory may itself be superseded: read those too.
+            more = yield from self._superseders(
+                [h.row for h in hits if h.row.id not in supers], scope, at
+            )
+            supers.update(more)
+        found: list[tuple[MemoryRow, dict[str, Any]]] = []
+        seen = {h.row.id for h in hits}
+        for hit in hits:
+            score = hit.score
+            if thr is not None and score < thr:
+                continue
+            out: dict[str, Any] = {
+                "score": score,
+                "superseded_by": [r.id for r in supers.get(hit.row.id, ())],
+            }
+            if explain:
+                out["score_details"] = hit.explain
+            found.append((hit.row, out))
+            if expand_links:
+                for linked_id in hit.row.linked_ids:
+                    if linked_id in seen:
+                        continue
+                    seen.add(linked_id)
+                    linked = self._seen((yield from store_call(Store.get, linked_id)), scope)
+                    if linked is not None:
+                        found.append((linked, {"score": score, "linked_from": hit.row.id}))
+        shown = yield from self._linkable([row for row, _ in found])
+        return {"results": [{**item(row, shown), **extra} for row, extra in found]}
+
+    def get(self, memory_id: object) -> Flow[dict[str, Any] | None]:
+        """``Memory.get``."""
+        row = self._seen((yield from store_call(Store.get, self._memory_id(memory_id))))
+        if row is None:
+            return None
+        shown = yield from self._linkable([row])
+        supers = yield from self._superseders([row], self._view_of(row))
+        return _with_superseded(item(row, shown), supers)
+
+    def get_all(
+        self,
+        *,
+        filters: dict[str, Any] | None,
+        top_k: object,
+        offset: object,
+        ids: dict[str, object],
+        show_expired: bool = False,
+    ) -> Flow[dict[str, Any]]:
+        """``Memory.get_all``."""
+        k = check_top_k(top_k)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValidationError(f"offset must be a non-negative integer, got {offset!r}")
+        scope, where = self._scope_and_where(filters, ids, "get_all()")
+        rows = yield from store_call(
+            Store.list_memories,
+            scope,
+            where,
+            limit=k,
+            offset=offset,
+            include_expired=bool(show_expired),
+        )
+        shown = yield from self._linkable(rows)
+        supers = yield from self._superseders(rows, scope)
+        return {"results": [_with_superseded(item(r, shown), supers) for r in rows]}
+
+    def history(self, memory_id: object) -> Flow[list[dict[str, Any]]]:
+        """``Memory.history``: ``[]`` for an id with no history (as mem0), or one not visible."""
+        mid = self._memory_id(memory_id)
+        if self.within is not None:
+            try:
+                yield from self._visible_by_id(mid)
+            except MemoryNotFoundError:
+                return []
+        events = yield from store_call(Store.history, mid)
+        if not events:
+            return []
+        row = yield from store_call(Store.get, mid, include_deleted=True)
+        return [history_item(e, row) for e in events]
+
+    def timeline(self, memory_id: object, limit: int = 100) -> Flow[list[dict[str, Any]]]:
+        """A memory and every memory linked to it (transitively), by observation time."""
+        mid = self._memory_id(memory_id)
+        start = self._seen((yield from store_call(Store.get, mid)))
+        if start is None:
+            raise MemoryNotFoundError(mid)
+        # Links never lead a bound caller out of its scope (``_seen`` checks each).
+        found = {start.id: start}
+        frontier = [start]
+        while frontier and len(found) < limit:
+            row = frontier.pop()
+            for linked_id in row.linked_ids:
+                if linked_id in found:
+                    continue
+                linked = self._seen((yield from store_call(Store.get, linked_id)))
+                if linked is not None:
+                    found[linked.id] = linked
+                    frontier.append(linked)
+        ordered = sorted(
+            found.values(), key=lambda r: (r.observed_at or r.created_at, r.created_at)
+        )
+        shown = yield from self._linkable(ordered)
+        supers = yield from self._superseders(ordered, self._view_of(start))
+        return [_with_superseded(item(r, shown), supers) for r in ordered]
+
+    def source_messages(self, memory_id: object) -> Flow[list[dict[str, Any]]]:
+        """The raw messages a memory was made from, oldest first (deleted memories too).
+
+        A memory outside the view is a missing one (``MemoryNotFoundError``);
+        of a memory the view sees, only the messages of scopes it sees (a
+        repeat's messages from a wider conversation stay hidden).
+        """
+        mid = self._memory_id(memory_id)
+        yield from self._visible_by_id(mid)
+        found = yield from store_call(Store.source_messages, mid, self.within)
+        return [message_item(m) for m in found]
+
+    def scope_counts(self) -> Flow[dict[str, Any]]:
+        """Counts of the memories the view sees (the whole store unbound), from the store."""
+        counts = yield from store_call(Store.scope_counts, self.within)
+        return asdict(counts)
+
+    # -- steps of the reads -----------------------------------------------------------------
+
+    def _scope_and_where(
+        self,
+        filters: dict[str, Any] | None,
+        ids: dict[str, object],
+        what: str,
+    ) -> tuple[Scope, Node | None]:
+        ids = self._inside(ids)
+        from_filters, rest = split_scope(filters)
+        for key, value in from_filters.items():
+            if ids[key] is not None and ids[key] != value:
+                raise ScopeError(
+                    f"{key} is given twice with different values ({ids[key]!r} as an "
+                    f"argument, {value!r} in filters)"
+                )
+            ids[key] = value
+        scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what=what)
+        return scope, parse_filters(rest)
+
+    def _view_of(self, row: MemoryRow) -> Scope:
+        """The scope a read by id judges supersession in.
+
+        The row's own user (else agent, else run), within the caller's view.
+        """
+        own = (
+            Scope(user_id=row.user_id)
+            if row.user_id
+            else Scope(agent_id=row.agent_id)
+            if row.agent_id
+            else Scope(run_id=row.run_id)
+        )
+        return self._visible(own)
+
+    def _superseders(
+        self, rows: Sequence[MemoryRow], visible: Scope, at: str | None = None
+    ) -> Flow[dict[str, list[MemoryRow]]]:
+        """The memories that supersede each of ``rows`` (only rows that have one).
+
+        A memory is superseded by one that links to it with a kind of
+        :data:`SUPERSEDING_KINDS`, is not deleted, is seen by ``visible`` (and
+        the caller's view), was stated no earlier than it and holds at ``at``
+        (stated by then and not expired then; ``None``: now). Derived here on
+        every read, never stored.
+        """
+        moment = at or utc_now()
+        cache: dict[str, MemoryRow | None] = {}
+        out: dict[str, list[MemoryRow]] = {}
+        for row in rows:
+            for other_id in row.superseder_ids:
+                if other_id not in cache:
+                    got = yield from store_call(Store.get, other_id)
+                    cache[other_id] = self._seen(got, visible)
+                other = cache[other_id]
+                if other is None or not holds_at(other, moment) or when(other) < when(row):
+                    continue
+                out.setdefault(row.id, []).append(other)
+        return out
+
+    def _rewrite(self, query: str) -> Flow[list[tuple[str, Any]]]:
+        """The query-rewrite lever: the LLM's sub-queries and their vectors (none when off).
+
+        One ``Complete``, then one ``EmbedQuery`` per sub-query. Any LLM error or
+        unusable reply logs a warning and returns none: the search runs as without it.
+        """
+        cfg = self.fusion.query_rewrite
+        if cfg is None or not self.has_llm:
+            return []
+        if cfg.only_multipart and not looks_multipart(query):
+            return []
+        try:
+            texts = yield from rewrite_query(query, cfg)
+        except (LLMError, ReplyFormatError) as exc:
+            log.warning("query rewriting failed, searching the question alone: %s", exc)
+            return []
+        out: list[tuple[str, Any]] = []
+        for sub in texts:
+            sub_vec = yield EmbedQuery(sub)
+            out.append((sub, sub_vec))
+        return out
+
+    def _hybrid(
+        self,
+        scope: Scope,
+        where: Node | None,
+        query: str,
+        vec: Any,
+        k: int,
+        *,
+        subqueries: Sequence[tuple[str, Any]] = (),
+        rerank: bool = False,
+        include_expired: bool = False,
+        now: str | None = None,
+    ) -> Flow[list[Hit]]:
+        """Candidates from every signal, fused (search.py); reranked if configured.
+
+        ``now`` (the search's ``as_of``, else the present) resolves relative
+        times of the query for the time lever. ``subqueries`` (text, vector)
+        from the query-rewrite lever are searched too and merged (rewrite.py).
+        """
+        cfg = self.fusion
+        plan = plan_query(query, cfg)
+        second = cfg.rerank if rerank else None
+        want = max(k, second.pool) if second is not None else k
+        candidates = yield from store_call(
+            Store.candidates,
+            scope,
+            where,
+            vec,
+            plan.terms,
+            plan.entities,
+            max(cfg.pool, want),
+            include_expired=include_expired,
+        )
+        periods = named_periods(query, cfg, now or utc_now())
+        asked = when_asked(query, cfg)
+        if subqueries:
+            hits = yield from self._merged(
+                scope,
+                where,
+                [(candidates, plan)],
+                subqueries,
+                want,
+                periods,
+                asks_when=asked,
+                include_expired=include_expired,
+            )
+        elif (
+            neighbours_on(cfg) or entity_hop_on(cfg) or periods or asked or cfg.session_decay < 1.0
+        ):
+            hits = yield from self._second_stage(
+                scope,
+                where,
+                candidates,
+                plan,
+                want,
+                periods,
+                asks_when=asked,
+                include_expired=include_expired,
+            )
+        else:
+            hits = fuse(candidates, cfg, plan, limit=want)
+        # The fused order stands; the score is read from it (search.py), before a
+        # reranker blends its grades in on the same scale.
+        hits = calibrate(hits, cfg)
+        if subqueries:
+            # Merged hits carry each its own query's calibration: keep the order monotone.
+            hits.sort(key=lambda h: -h.score)
+        if second is not None and self.reranker is not None and len(hits) > 1:
+            try:
+                grades = yield from self.reranker.rerank(query, [h.row.text for h in hits])
+            except (LLMError, ReplyFormatError) as exc:
+                log.warning("reranking failed, keeping the fused order: %s", exc)
+            else:
+                hits = apply_rerank(hits, grades, second.weight)
+        return hits[:k]
+
+    def _merged(
+        self,
+        scope: Scope,
+        where: Node | None,
+        first: list[tuple[list[Candidate], QueryPlan]],
+        subqueries: Sequence[tuple[str, Any]],
+        want: int,
+        periods: Sequence[Period] = (),
+        *,
+        asks_when: bool = False,
+        include_expired: bool,
+    ) -> Flow[list[Hit]]:
+        """The query and its sub-queries, each fused (and time-weighed), merged, then lent.
+
+        The time and "when" levers read the original question; the lenders and
+        diversity run once, on the merged ranking.
+        """
+        cfg = self.fusion
+        rewrite = cfg.query_rewrite
+        weight = rewrite.weight if rewrite is not None else 1.0
+        searched = list(first)
+        for sub, sub_vec in subqueries:
+            sub_plan = plan_query(sub, cfg)
+            sub_cands = yield from store_call(
+                Store.candidates,
+                scope,
+                where,
+                sub_vec,
+                sub_plan.terms,
+                sub_plan.entities,
+                max(cfg.pool, want),
+                include_expired=include_expired,
+            )
+            searched.append((sub_cands, sub_plan))
+        lists = []
+        for cands, one_plan in searched:
+            lists.append(_weighed(fuse(cands, cfg, one_plan), cfg, periods, asks_when))
+        merged = merge_hits(lists, weight)
+        return (yield from self._lend(scope, where, merged, want, include_expired=include_expired))
+
+    def _second_stage(
+        self,
+        scope: Scope,
+        where: Node | None,
+        candidates: list[Candidate],
+        plan: QueryPlan,
+        want: int,
+        periods: Sequence[Period] = (),
+        *,
+        asks_when: bool = False,
+        include_expired: bool,
+    ) -> Flow[list[Hit]]:
+        """Fused hits with the levers of expand.py (time, "when", neighbours, hop, diversity)."""
+        cfg = self.fusion
+        # Lending only raises scores, so a candidate below the first ``want`` stays
+        # below them unless a hit lends to it (then it joins with the lent score, the
+        # larger one): the first ``want`` suffice. The time and session discounts lower
+        # scores, so with either every candidate is scored.
+        whole = cfg.session_decay < 1.0 or bool(periods) or asks_when
+        hits = _weighed(
+            fuse(candidates, cfg, plan, limit=None if whole else want), cfg, periods, asks_when
+        )
+        return (yield from self._lend(scope, where, hits, want, include_expired=include_expired))
+
+    def _lend(
+        self,
+        scope: Scope,
+        where: Node | None,
+        hits: list[Hit],
+        want: int,
+        *,
+        include_expired: bool,
+    ) -> Flow[list[Hit]]:
+        """Session neighbours, the entity hop and diversity on a fused ranking."""
+        cfg = self.fusion
+        # Both lenders take their anchors from the same (fused, time-weighed) ranking.
+        fused = list(hits)
+        anchors = [h.row.id for h in fused[: cfg.neighbour_hits] if is_message(h.row)]
+        if neighbours_on(cfg) and anchors:
+            near = yield from store_call(
+                Store.neighbours,
+                scope,
+                where,
+                anchors,
+                neighbour_span(cfg),
+                include_expired=include_expired,
+            )
+            hits = lend_to_neighbours(hits, near, cfg)
+        if entity_hop_on(cfg) and fused:
+            hop_anchors = fused[: cfg.entity_hop_hits]
+            links = yield from store_call(
+                Store.entity_hop,
+                scope,
+                where,
+                [h.row.id for h in hop_anchors],
+                cfg.entity_hop_max_degree,
+                include_expired=include_expired,
+            )
+            hits = lend_through_entities(hits, hop_anchors, links, cfg)
+        return diversify(hits, cfg, want)

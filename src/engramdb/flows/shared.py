@@ -1,0 +1,308 @@
+"""What every flow needs: the base state, scope checks and result shaping.
+
+Owns :class:`FlowState` (configuration, the caller's actor and bound scope,
+the embedder binding, and the visibility checks every flow makes:
+``_inside``, ``_visible``, ``_seen``, ``_visible_by_id``, ``_linkable``), the
+validated add (:class:`Prepared`) and the helpers that shape stored rows
+into mem0's results (``item``, ``event_dict``, ``history_item``, ...).
+
+May call: the effects (:mod:`engramdb._engine`), core (validation, filters,
+records, text), the store port (``stores.base``) and nlp; never another
+flow module (they all build on this one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from engramdb._engine import Emit, Flow, store_call
+from engramdb.config import EngramConfig, ExtractionConfig
+from engramdb.core.filters import CORE_FIELDS
+from engramdb.core.validate import check_id, parse_timestamp
+from engramdb.errors import MemoryNotFoundError, ScopeError, ValidationError
+from engramdb.extract import ChatMessage, additive_variant
+from engramdb.nlp import extract_entities
+from engramdb.rerank import LLMReranker, Reranker
+from engramdb.stores.base import (
+    EntityRef,
+    HistoryEvent,
+    MemoryRow,
+    NewMessage,
+    Scope,
+    Store,
+    visible_scope,
+)
+
+_ITEM_FIELDS = (
+    "user_id",
+    "agent_id",
+    "run_id",
+    "actor_id",
+    "role",
+    "attributed_to",
+    "memory_type",
+    "observed_at",
+    "expires_at",
+)
+
+
+def expiration_date(expires_at: str) -> str:
+    """mem0's ``expiration_date`` (the last day a memory is shown, UTC) of an expiry time.
+
+    A memory is shown while ``now < expires_at``; a date-only expiry ``D``
+    is stored as the start of the next day, so the day shown is ``D`` again.
+    """
+    moment = datetime.fromisoformat(expires_at) - timedelta(microseconds=1)
+    return moment.date().isoformat()
+
+
+def expires_at_of(value: object) -> str | None:
+    """``expires_at`` of an ``expiration_date``: a plain date is shown through that day.
+
+    mem0's expiration dates are ``YYYY-MM-DD``, inclusive, in UTC: a memory
+    set to expire on 2030-01-31 is shown all through that day. A time (a
+    datetime, ISO text with a time, epoch seconds) is taken as the moment.
+    """
+    day: date | None = None
+    if isinstance(value, date) and not isinstance(value, datetime):
+        day = value
+    elif isinstance(value, str) and len(value.strip()) == 10:
+        with contextlib.suppress(ValueError):
+            day = date.fromisoformat(value.strip())
+    if day is not None:
+        return parse_timestamp(day + timedelta(days=1), "expiration_date")
+    return parse_timestamp(value, "expiration_date")
+
+
+def _with_superseded(out: dict[str, Any], supers: dict[str, list[MemoryRow]]) -> dict[str, Any]:
+    """An item with ``superseded_by`` added when something supersedes it."""
+    found = supers.get(out["id"])
+    if found:
+        out["superseded_by"] = [r.id for r in found]
+    return out
+
+
+def record_of(row: MemoryRow) -> dict[str, Any]:
+    """A row as :func:`~engramdb.core.filters.evaluate` reads it."""
+    return {
+        **{f: getattr(row, f) for f in CORE_FIELDS if f not in ("agent_id", "run_id")},
+        "agent_id": row.agent_id,
+        "run_id": row.run_id,
+        "metadata": row.metadata,
+        "run_ids": set(row.run_ids),
+        "agent_ids": set(row.agent_ids),
+    }
+
+
+def item(row: MemoryRow, linkable: set[str] | None = None) -> dict[str, Any]:
+    """A stored memory in mem0's result shape (optional fields only when set).
+
+    ``linkable``: the linked ids the caller may see (``None``: all).
+    """
+    out: dict[str, Any] = {
+        "id": row.id,
+        "memory": row.text,
+        "hash": row.hash,
+        "metadata": row.metadata,
+        "score": None,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+    }
+    for key in _ITEM_FIELDS:
+        value = getattr(row, key)
+        if value is not None:
+            out[key] = value
+    if row.expires_at is not None:
+        out["expiration_date"] = expiration_date(row.expires_at)
+    if row.run_ids:
+        out["run_ids"] = [row.run_id, *row.run_ids] if row.run_id else list(row.run_ids)
+    if row.agent_ids:
+        out["agent_ids"] = [row.agent_id, *row.agent_ids] if row.agent_id else list(row.agent_ids)
+    out["linked_memory_ids"] = [i for i in row.linked_ids if linkable is None or i in linkable]
+    kinds = {i: k for i, k in row.link_kinds.items() if linkable is None or i in linkable}
+    if kinds:
+        out["link_kinds"] = kinds
+    return out
+
+
+def event_dict(event: HistoryEvent) -> dict[str, Any]:
+    """A history event as subscribers (``on_event``) and exports see it."""
+    return {
+        "id": event.id,
+        "memory_id": event.memory_id,
+        "event": event.event,
+        "version": event.version,
+        "old_memory": event.old_memory,
+        "new_memory": event.new_memory,
+        "old_metadata": event.old_metadata,
+        "new_metadata": event.new_metadata,
+        "actor": event.actor,
+        "reason": event.reason,
+        "created_at": event.created_at,
+        "old_expires_at": event.old_expires_at,
+        "new_expires_at": event.new_expires_at,
+    }
+
+
+def message_item(message: NewMessage) -> dict[str, Any]:
+    """A stored raw message as the API returns it: ``id``, ``role``, ``content``, ..."""
+    return {
+        "id": message.rowid,
+        "role": message.role,
+        "content": message.content,
+        "name": message.name,
+        "observed_at": message.observed_at,
+    }
+
+
+def history_item(event: HistoryEvent, row: MemoryRow | None) -> dict[str, Any]:
+    """A history event as :meth:`Memory.history` returns it: mem0's keys, then ours.
+
+    mem0's ``id`` is a string, ``updated_at`` the time of a change (None for
+    the ADD), ``is_deleted`` whether the event deleted the memory, and
+    ``actor_id`` / ``role`` those of the memory; ``version``, the metadata
+    before and after, ``actor`` (api, llm, cli, ...) and ``reason`` are ours.
+    """
+    out = event_dict(event)
+    out["id"] = str(event.id)
+    out["updated_at"] = None if event.event == "ADD" else event.created_at
+    out["is_deleted"] = event.event == "DELETE"
+    out["actor_id"] = row.actor_id if row is not None else None
+    out["role"] = row.role if row is not None else None
+    return out
+
+
+def entities_of(text: str) -> list[EntityRef]:
+    """Entity mentions of a text, as the store links them."""
+    return [(e.name, e.normalized, e.type) for e in extract_entities(text)]
+
+
+@dataclass
+class Prepared:
+    """A validated add() call."""
+
+    scope: Scope
+    metadata: dict[str, Any]
+    messages: list[NewMessage]
+    chat: list[ChatMessage]
+    observed: str
+    expires: str | None
+    images: list[tuple[int, str]]
+
+
+class FlowState:
+    """The configuration and caller state every flow reads, and the checks they share."""
+
+    def __init__(
+        self,
+        config: EngramConfig,
+        *,
+        embedder_model: str,
+        embedder_dim: int,
+        has_llm: bool,
+        actor: str,
+        llm_provider: str | None = None,
+    ) -> None:
+        """Flows for ``config``; ``has_llm`` says whether ``Complete`` effects can run.
+
+        ``llm_provider`` (the LLM's provider name, when it has one) picks the
+        additive prompt when ``extraction.prompt`` is ``auto``.
+        """
+        self.config = config
+        self.limits = config.limits
+        self.extraction: ExtractionConfig = config.extraction
+        self.additive_variant = additive_variant(config.extraction.prompt, llm_provider)
+        self.fusion = config.retrieval
+        self.embedder_model = embedder_model
+        self.embedder_dim = embedder_dim
+        self.has_llm = has_llm
+        self.actor = actor
+        self._bound = False
+        self._warned_no_llm = False
+        self.within: Scope | None = None
+        """The scope a bound caller (a scoped view, a server key) may never leave."""
+        rerank = config.retrieval.rerank
+        self.reranker: Reranker | None = (
+            LLMReranker(rerank.max_chars) if rerank is not None and has_llm else None
+        )
+        """The second stage of search; set by the face when a reranker is given."""
+
+    # -- shared steps -------------------------------------------------------------------
+
+    def _bind(self) -> Flow[None]:
+        # Deferred to the first call that embeds: opening a store stays cheap and
+        # reading needs no embedder.
+        if not self._bound:
+            yield from store_call(Store.bind_embedder, self.embedder_model, self.embedder_dim)
+            self._bound = True
+
+    def unbind(self) -> None:
+        """Forget the embedder binding (after a reset erased it)."""
+        self._bound = False
+
+    def _emit(self, events: Sequence[HistoryEvent | None]) -> Flow[None]:
+        real = [e for e in events if e is not None]
+        if real:
+            yield Emit(real)
+
+    @staticmethod
+    def _memory_id(memory_id: object) -> str:
+        mid = check_id("memory_id", memory_id)
+        if mid is None:
+            raise ValidationError("memory_id is required")
+        return mid
+
+    def _inside(self, ids: dict[str, object]) -> dict[str, object]:
+        """The ids of a call with the bound ids merged in; naming another value is refused."""
+        if self.within is None:
+            return ids
+        merged = dict(ids)
+        for kind, value in self.within.items():
+            given = merged.get(kind)
+            if given is not None and given != value:
+                raise ScopeError(
+                    f"this memory is bound to {kind}={value!r}; the call names "
+                    f"{kind}={given!r}. Leave {kind} out or use a view of that scope"
+                )
+            merged[kind] = value
+        return merged
+
+    def _visible(self, scope: Scope) -> Scope:
+        """What a call with ``scope`` may see through any path (see ``visible_scope``)."""
+        return visible_scope(scope, self.within)
+
+    def _seen(self, row: MemoryRow | None, visible: Scope | None = None) -> MemoryRow | None:
+        """``row`` if the caller may see it, else ``None`` (an invisible id is a missing id)."""
+        if row is None:
+            return None
+        for scope in (self.within, visible):
+            if scope is not None and not scope.sees(row):
+                return None
+        return row
+
+    def _visible_by_id(self, memory_id: str) -> Flow[MemoryRow]:
+        """A memory the caller may see, deleted ones included; else MemoryNotFoundError."""
+        row = yield from store_call(Store.get, memory_id, include_deleted=True)
+        seen = self._seen(row)
+        if seen is None:
+            raise MemoryNotFoundError(memory_id)
+        return seen
+
+    def _linkable(self, rows: Sequence[MemoryRow]) -> Flow[set[str] | None]:
+        """The linked ids of ``rows`` a bound caller may see; ``None``: all of them.
+
+        A link between two memories is stored once and read from both ends, so
+        a memory the caller sees may be linked to one it may not (the user
+        linked her own secret to her coach's memory): that id stays hidden.
+        """
+        if self.within is None:
+            return None
+        linked = [i for r in rows for i in r.linked_ids]
+        if not linked:
+            return set()
+        found = yield from store_call(Store.visible_ids, self.within, linked)
+        return found
