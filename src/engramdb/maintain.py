@@ -23,6 +23,7 @@ would change and writes nothing.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import math
@@ -32,11 +33,14 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol, Self
 
 import numpy as np
 
+from engramdb._face import BaseMemory
 from engramdb._time import utc_now
+from engramdb.config import EngramConfig
+from engramdb.embedders import Embedder
 from engramdb.errors import (
     ConfigError,
     EngramError,
@@ -46,11 +50,9 @@ from engramdb.errors import (
     ValidationError,
 )
 from engramdb.extract import repair_json
+from engramdb.llms import LLM
 from engramdb.search import document_text
-from engramdb.stores.base import MemoryRow, Scope
-
-if TYPE_CHECKING:  # engramdb.memory may import this module for Memory.maintain
-    from engramdb.memory import Memory
+from engramdb.stores.base import MemoryRow, Scope, Store
 
 __all__ = [
     "DEFAULT_COSINE",
@@ -235,11 +237,60 @@ class MaintenanceReport:
         return out
 
 
+class BlockingMemory(Protocol):
+    """What the jobs use of a blocking :class:`engramdb.Memory`.
+
+    Described here rather than imported: :mod:`engramdb.memory` imports this
+    module (``Memory.maintain``), so this one never imports the face.
+    """
+
+    store: Store
+    embedder: Embedder
+    llm: LLM | None
+    config: EngramConfig
+
+    @property
+    def within(self) -> Scope | None:
+        """The scope a view is bound to (``None``: the whole store)."""
+
+    def scoped(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Self:
+        """A view of one scope (:meth:`engramdb.Memory.scoped`)."""
+
+    def acting_as(self, actor: str) -> Self:
+        """The same memory, its changes attributed to ``actor``."""
+
+    def check_embedder(self, purpose: str) -> None:
+        """Refuse (EmbedderMismatchError) an embedder other than the store's."""
+
+    def add(
+        self,
+        messages: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        infer: bool = True,
+        expiration_date: object = None,
+        links: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`engramdb.Memory.add`."""
+
+    def delete(self, memory_id: str, *, reason: str | None = None) -> dict[str, Any]:
+        """:meth:`engramdb.Memory.delete`."""
+
+
 # -- the entry point ---------------------------------------------------------------------
 
 
 def maintain(
-    memory: Memory,
+    memory: BlockingMemory,
     *,
     user_id: str | None = None,
     agent_id: str | None = None,
@@ -323,16 +374,17 @@ def _silent(phase: str, done: int, total: int | None) -> None:
 
 
 def _check_memory(memory: object) -> None:
-    from engramdb.memory import Memory  # deferred: engramdb.memory may import this module
-
-    if not isinstance(memory, Memory):
+    # A face's methods are coroutines on AsyncMemory, plain calls on Memory.
+    if not isinstance(memory, BaseMemory) or inspect.iscoroutinefunction(
+        getattr(memory, "add", None)
+    ):
         raise TypeError(
             f"maintain() works on a blocking engramdb.Memory, got {type(memory).__name__}; "
             "with AsyncMemory, run it on a Memory of the same store in a worker thread"
         )
 
 
-def _check_embedder(memory: Memory) -> None:
+def _check_embedder(memory: BlockingMemory) -> None:
     memory.check_embedder(
         "duplicates would be judged by another model; open the store with the embedder "
         "it was made with"
@@ -352,7 +404,9 @@ def _check_threshold(name: str, value: object) -> None:
 class _Job:
     """One run: the rows read once, then each job in turn."""
 
-    def __init__(self, memory: Memory, report: MaintenanceReport, progress: ProgressCallback):
+    def __init__(
+        self, memory: BlockingMemory, report: MaintenanceReport, progress: ProgressCallback
+    ):
         self.memory = memory
         self.system = memory.acting_as(SYSTEM_ACTOR)
         self.report = report

