@@ -102,7 +102,7 @@ class Scope:
 
         Exact repeats are dropped among the live memories of one partition,
         the visible scope they were written from (see
-        :func:`engramdb._ops.visible_scope`), so a repeat never matches a
+        :func:`engramdb.stores.base.visible_scope`), so a repeat never matches a
         memory its caller cannot see. The length prefixes make the key
         unambiguous whatever characters the ids hold; the SQL migrations
         compute the same key.

@@ -242,7 +242,7 @@ class _Purging(Protocol):
 def purge_with(store: _Purging, *, memory_id: str | None, scope: Scope | None) -> int:
     """Plan, re-index and execute a purge on a blocking store (``Store.purge``).
 
-    ``Memory.purge`` runs the same three steps as a flow (``_ops.purge``).
+    ``Memory.purge`` runs the same three steps as a flow (``purge`` in ``flows/change.py``).
     """
     for _ in range(PLAN_ATTEMPTS - 1):
         plan = store.plan_purge(memory_id=memory_id, scope=scope)
