@@ -23,15 +23,13 @@ import dataclasses
 import json
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from engramdb._engine import Complete, Flow
+from engramdb.core.records import Hit
 from engramdb.errors import ReplyFormatError
-
-if TYPE_CHECKING:  # search.py imports this module's config
-    from engramdb.search import Hit
 
 __all__ = [
     "REWRITE_SCHEMA",

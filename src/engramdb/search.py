@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engramdb.core.records import Candidate, MemoryRow
+from engramdb.core.records import Candidate, Hit, MemoryRow
 from engramdb.nlp import (
     detect_language,
     extract_entities,
@@ -44,7 +44,6 @@ __all__ = [
     "apply_recency",
     "apply_rerank",
     "calibrate",
-    "document_terms",
     "document_text",
     "fuse",
     "informative_factors",
@@ -239,15 +238,6 @@ KEYWORD_ONLY = FusionConfig(
 )
 
 
-@dataclass
-class Hit:
-    """One search result: the memory, its final score in [0, 1], and how it was made."""
-
-    row: MemoryRow
-    score: float
-    explain: dict[str, Any] = field(default_factory=dict)
-
-
 @dataclass(frozen=True)
 class QueryPlan:
     """What a query asks the store for, and what fusion compares memories with."""
@@ -313,13 +303,6 @@ def plan_query(query: str, config: FusionConfig) -> QueryPlan:
 def document_text(text: str, actor_id: str | None, config: FusionConfig) -> str:
     """What is embedded for a memory: its text, after its speaker when known."""
     return f"{actor_id}: {text}" if config.embed_actor and actor_id else text
-
-
-def document_terms(text: str, context: Sequence[str] = ()) -> str:
-    """The keyword terms of a memory: its own, then those of its context messages."""
-    own = index_terms(text)
-    extra = index_terms("\n".join(context)) if context else ""
-    return f"{own} {extra}".strip() if extra else own
 
 
 def _entity_strength(entities: list[tuple[str, int]]) -> float:

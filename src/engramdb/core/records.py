@@ -1,4 +1,4 @@
-"""The records that cross the store port: scopes, memories, messages, events.
+"""The records that cross the store port: scopes, memories, messages, events (and hits).
 
 Plain data, no I/O. They live in the core because the core builds and reads
 them (validation makes scopes, retrieval fuses candidates, the flows decide
@@ -24,6 +24,7 @@ __all__ = [
     "EmbeddingSource",
     "EntityRef",
     "HistoryEvent",
+    "Hit",
     "Keep",
     "LinkKind",
     "MemoryRow",
@@ -297,6 +298,20 @@ class Candidate:
     bm25_best: float = 0.0
     """What a memory holding exactly the query's words would score in this scope
     (the same for every candidate of a search; the scale of ``bm25``)."""
+
+
+@dataclass
+class Hit:
+    """One search result: the memory, its final score in [0, 1], and how it was made.
+
+    Fusion (:mod:`engramdb.search`) makes hits from candidates; it lives here,
+    beside :class:`Candidate`, so the query rewrite (:mod:`engramdb.rewrite`),
+    which search configures, can merge hits without importing search.
+    """
+
+    row: MemoryRow
+    score: float
+    explain: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -55,7 +55,8 @@ from engramdb.extract import (
 from engramdb.flows.change import ChangeFlows
 from engramdb.flows.read import ReadFlows
 from engramdb.flows.shared import Prepared, entities_of
-from engramdb.search import document_terms, document_text
+from engramdb.nlp import document_terms
+from engramdb.search import document_text
 from engramdb.stores.base import AddOutcome, MemoryRow, NewMemory, Scope, Store
 
 log = logging.getLogger("engramdb")

@@ -1,7 +1,8 @@
 """Language processing for keyword search and entity links: pure logic, no I/O.
 
 - :func:`index_terms` / :func:`query_terms`: lemmatised keyword terms for the
-  BM25 index (any language; Chinese, Japanese and Korean as bigrams).
+  BM25 index (any language; Chinese, Japanese and Korean as bigrams);
+  :func:`document_terms`: a memory's terms with its context messages'.
 - :func:`extract_entities`: people, places, organisations, dates, numbers
   and named things found by rules, offline; :func:`normalize_entity` gives
   the linking key of any name. An optional spaCy model joins the rules
@@ -13,6 +14,7 @@ from engramdb.nlp.terms import (
     SUPPORTED_LANGUAGES,
     TERMS_VERSION,
     detect_language,
+    document_terms,
     index_terms,
     query_terms,
 )
@@ -22,6 +24,7 @@ __all__ = [
     "TERMS_VERSION",
     "Entity",
     "detect_language",
+    "document_terms",
     "extract_entities",
     "index_terms",
     "normalize_entity",

@@ -33,12 +33,20 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from functools import lru_cache
 
 from engramdb.nlp._lemma import lemmatize
 from engramdb.nlp.stopwords import CJK_STOP_CHARS, STOP_WORDS
 
-__all__ = ["CJK_CHARS", "SUPPORTED_LANGUAGES", "detect_language", "index_terms", "query_terms"]
+__all__ = [
+    "CJK_CHARS",
+    "SUPPORTED_LANGUAGES",
+    "detect_language",
+    "document_terms",
+    "index_terms",
+    "query_terms",
+]
 
 TERMS_VERSION = 1
 """Bumped whenever :func:`index_terms` may give different terms for the same
@@ -232,6 +240,13 @@ def index_terms(text: str) -> str:
     SQLite's ``unicode61`` tokenizer unsplit. Empty when nothing is left.
     """
     return " ".join(_terms(text))
+
+
+def document_terms(text: str, context: Sequence[str] = ()) -> str:
+    """The keyword terms of a memory: its own, then those of its context messages."""
+    own = index_terms(text)
+    extra = index_terms("\n".join(context)) if context else ""
+    return f"{own} {extra}".strip() if extra else own
 
 
 def query_terms(text: str) -> list[str]:

@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engramdb.core.records import Scope
 from engramdb.errors import ConflictError
-from engramdb.stores.base import Scope
+from engramdb.nlp import document_terms, index_terms
 
 __all__ = [
     "DERIVED_ROWS",
@@ -209,10 +210,6 @@ def reindexed_terms(plan: ErasurePlan) -> dict[int, str]:
     (an update or restore rebuilt them from the text alone), it gets the
     terms of its text alone, which is what it had.
     """
-    # Lazy: the lemmatiser loads word lists; a store that never purges skips it.
-    from engramdb.nlp import index_terms
-    from engramdb.search import document_terms
-
     out: dict[int, str] = {}
     for r in plan.reindex:
         if r.terms == document_terms(r.text, r.context):
