@@ -1,7 +1,7 @@
 """LLM memory extraction, as pure functions: prompts in, validated items out.
 
 Nothing here calls an LLM, reads a database or does I/O beyond loading
-its own prompt files; the pipeline in :mod:`engramdb.memory` does that.
+its own prompt files; the pipeline in :mod:`engramdb.flows.extraction` does that.
 
 - Additive mode (the default): :func:`build_additive_prompt` →
   LLM (with :data:`ADDITIVE_SCHEMA`) → :func:`parse_additive` →
