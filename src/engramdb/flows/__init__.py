@@ -15,9 +15,12 @@ The flows are split by concern, one mixin each, over one base state::
                    and the store write every add ends in
     write.py       WriteFlows(ExtractionFlows): add, verbatim, retry, failures
 
-A module imports only those above it in this list. The other flows live
-next to their use: :mod:`engramdb.reembed` (moving the store to another
-embedder) and :mod:`engramdb.maintain` (upkeep, driven by a face).
+A module imports only those above it in this list (``read`` and ``change``
+are siblings), and none imports a face. What is not here: moving the store
+to another embedder is a flow of its own (:mod:`engramdb.reembed`, driven by
+both faces); the upkeep jobs (:mod:`engramdb.maintain`) run on a blocking
+``Memory`` through its public methods, not as a flow; export and import are
+bulk store calls plus file I/O, kept in the faces (:mod:`engramdb._face`).
 """
 
 from __future__ import annotations
