@@ -20,7 +20,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from engramdb import AsyncMemory, DuplicateMemoryError, Memory, MemoryNotFoundError, ScopeError
+from engramdb import (
+    AccessDeniedError,
+    AsyncMemory,
+    DuplicateMemoryError,
+    Memory,
+    MemoryNotFoundError,
+    ScopeError,
+)
 from engramdb.embedders import LocalEmbedder
 from engramdb.llms import make_llm
 from engramdb.stores import make_store
@@ -280,9 +287,12 @@ def test_a_duplicate_on_update_never_names_a_hidden_memory(mem: Memory) -> None:
     mem.store.attach_session(legacy, Scope("alice", "coach"), "test")
     coach = mem.scoped(user_id="alice", agent_id="coach")
     assert coach.get(legacy) is not None and coach.get(hidden) is None
-    with pytest.raises(DuplicateMemoryError) as caught:
+    # Attachments never lend power: the coach sees alice's memory, may not change it
+    # (and the refusal names no other memory).
+    with pytest.raises(AccessDeniedError) as caught:
         coach.update(legacy, "Alice likes coffee")
-    assert caught.value.existing_id is None and hidden not in str(caught.value)
+    assert hidden not in str(caught.value)
+    assert mem.get(legacy)["memory"] == "Alice likes tea"  # type: ignore[index]
     # the unbound library is told which memory holds the text
     with pytest.raises(DuplicateMemoryError) as told:
         mem.update(legacy, "Alice likes coffee")

@@ -10,7 +10,9 @@ with a mem0-compatible API::
 """
 
 from engramdb.config import EngramConfig
+from engramdb.core.access import ANY_USER, Access
 from engramdb.errors import (
+    AccessDeniedError,
     ConfigError,
     ConflictError,
     DuplicateMemoryError,
@@ -46,6 +48,9 @@ from engramdb.memory import AsyncMemory, Memory
 __version__ = "0.1.0"
 
 __all__ = [
+    "ANY_USER",
+    "Access",
+    "AccessDeniedError",
     "AsyncMemory",
     "ConfigError",
     "ConflictError",

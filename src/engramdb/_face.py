@@ -22,6 +22,7 @@ from typing import IO, Any, Self
 import numpy as np
 
 from engramdb.config import EngramConfig, default_home, parse_config
+from engramdb.core.access import Access
 from engramdb.core.text import content_hash
 from engramdb.core.validate import (
     check_id,
@@ -136,6 +137,7 @@ class BaseMemory:
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        access: Access | None = None,
     ) -> Self:
         """A view of this memory that can see and change one scope only.
 
@@ -149,15 +151,53 @@ class BaseMemory:
         ``{user_id: alice, agent_id: coach}`` sees alice's memories with coach,
         not her agent-less ones; binding ``run_id`` limits the view to that run.
 
+        ``access`` (:class:`engramdb.core.access.Access`) limits it further:
+        its capabilities (``read``, ``write``, ``delete``, ``purge``) and, for
+        a view not bound to a user, the users it may name (none by default;
+        ``Access.of(users=["alice"])`` or ``Access.of(users="*")``). Whatever
+        the access, a view owns only the memories whose own ids lie in its
+        scope: one it sees because its run or agent was attached to it is
+        detached by ``delete``/``purge`` and refused by ``update``/``restore``
+        (:class:`~engramdb.errors.AccessDeniedError`); see docs/server.md.
+
         The view shares the store, models and connections with this object:
         closing it does nothing, and it cannot ``reset`` or import.
         """
         # A view of a view can only narrow it.
         ids = self._ops._inside(scope_ids(user_id, agent_id, run_id))
         scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="scoped()")
+        view = self.limited(access) if access is not None else copy.copy(self)
+        if access is None:
+            view._ops = copy.copy(self._ops)
+            if self._ops.access.users is None and self._ops.within is None:
+                # A fresh view starts with the safe default: it names no user it
+                # is not bound to.
+                view._ops.access = Access(can=self._ops.access.can, users=frozenset())
+        view._ops.within = scope
+        view._is_view = True
+        return view
+
+    def limited(self, access: Access) -> Self:
+        """A view of this memory holding only ``access`` (capabilities and granted users).
+
+        Narrows, never widens: the view keeps the capabilities both this
+        object and ``access`` hold, and the users both grant. Like
+        :meth:`scoped` (which takes ``access`` too), it shares the store and
+        cannot ``reset`` or import.
+        """
+        if not isinstance(access, Access):
+            raise ValidationError(f"access must be an Access, got {type(access).__name__}")
+        mine = self._ops.access
+        users: frozenset[str] | None
+        if mine.users is None:
+            users = access.users
+        elif access.users is None:
+            users = mine.users
+        else:
+            users = mine.users & access.users
         view = copy.copy(self)
         view._ops = copy.copy(self._ops)
-        view._ops.within = scope
+        view._ops.access = Access(can=mine.can & access.can, users=users)
         view._is_view = True
         return view
 
@@ -275,6 +315,7 @@ class BaseMemory:
             "embedder": bound[0] if bound else None,
             "dim": bound[1] if bound else None,
         }
+        self._ops.access.require("read", "export()")
         within = self._ops.within
         for rec in self.store.export_rows():
             row: MemoryRow = rec["row"]

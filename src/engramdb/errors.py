@@ -14,6 +14,7 @@ The whole tree::
     │   ├── FilterError                     malformed or unknown filter
     │   └── DuplicateMemoryError            an update/restore would repeat a live memory
     ├── MemoryNotFoundError (KeyError)      unknown id (or not visible in this scope)
+    ├── AccessDeniedError (PermissionError) a view or key may not do this (capability, user)
     ├── VersionNotFoundError (ValueError)   restore(version=N) with no such version
     ├── EmbedderError                       the embedder failed or cannot run here
     │   └── EmbedderMismatchError           the store was built with another model
@@ -41,6 +42,7 @@ mem0, which raises ``ValueError`` for bad input.
 from __future__ import annotations
 
 __all__ = [
+    "AccessDeniedError",
     "ConfigError",
     "ConflictError",
     "DuplicateMemoryError",
@@ -153,6 +155,17 @@ class MemoryNotFoundError(EngramError, KeyError, ValueError):
             f"memory {self.memory_id!r} not found; check the id "
             "(get_all() lists the ids of a scope)"
         )
+
+
+class AccessDeniedError(EngramError, PermissionError):
+    """A view (or the API key behind it) lacks what the call needs.
+
+    Raised for a missing capability (``read``, ``write``, ``delete``,
+    ``purge``), for naming a user the view was not granted, and for changing
+    a memory the view holds only because its run or agent was attached to it
+    (it belongs to another scope). A memory the view cannot see at all is a
+    :class:`MemoryNotFoundError`, never this, so ids of others cannot be probed.
+    """
 
 
 class VersionNotFoundError(EngramError, ValueError):

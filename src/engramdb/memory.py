@@ -261,14 +261,18 @@ class Memory(BaseMemory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """Erase for good: one memory, or a scope, with history and source messages.
 
-        Not undoable — meant for privacy requests.
+        Not undoable — meant for privacy requests. ``dry_run=True`` erases
+        nothing and reports what would go (memory ids, messages, failure
+        records, entities) and, through a view, what would only be detached
+        or left alone.
         """
-        result: dict[str, Any] = self._run(
-            self._ops.purge(memory_id, scope_ids(user_id, agent_id, run_id))
-        )
+        ids = scope_ids(user_id, agent_id, run_id)
+        flow = self._ops.plan_purge(memory_id, ids) if dry_run else self._ops.purge(memory_id, ids)
+        result: dict[str, Any] = self._run(flow)
         return result
 
     def history(self, memory_id: str) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from engramdb._engine import (
     run_async,
 )
 from engramdb._face import BaseMemory, scope_ids, text_or_data
+from engramdb.core.access import Access
 from engramdb.reembed import DEFAULT_BATCH_SIZE, ProgressCallback, ReembedReport, reembed_flow
 from engramdb.stores.base import KEEP, AsyncStore
 
@@ -50,10 +51,16 @@ class AsyncMemory(BaseMemory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        access: Access | None = None,
     ) -> Self:
         """See :meth:`Memory.scoped`; the view shares this object's async store too."""
         self._native_store()
-        return super().scoped(user_id=user_id, agent_id=agent_id, run_id=run_id)
+        return super().scoped(user_id=user_id, agent_id=agent_id, run_id=run_id, access=access)
+
+    def limited(self, access: Access) -> Self:
+        """See :meth:`Memory.limited`; the view shares this object's async store too."""
+        self._native_store()
+        return super().limited(access)
 
     def acting_as(self, actor: str) -> Self:
         """See :meth:`Memory.acting_as`; the copy shares this object's async store too."""
@@ -246,11 +253,12 @@ class AsyncMemory(BaseMemory):
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """See :meth:`Memory.purge`."""
-        result: dict[str, Any] = await self._run(
-            self._ops.purge(memory_id, scope_ids(user_id, agent_id, run_id))
-        )
+        ids = scope_ids(user_id, agent_id, run_id)
+        flow = self._ops.plan_purge(memory_id, ids) if dry_run else self._ops.purge(memory_id, ids)
+        result: dict[str, Any] = await self._run(flow)
         return result
 
     async def history(self, memory_id: str) -> list[dict[str, Any]]:

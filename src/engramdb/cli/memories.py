@@ -379,22 +379,46 @@ def purge(
     agent_id: AgentId = None,
     run_id: RunId = None,
     yes: Yes = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Erase nothing: list the memories, messages and failure records that would go.",
+        ),
+    ] = False,
     json_out: JsonOut = False,
 ) -> None:
     """Erase for good, with history and source messages; not undoable (Memory.purge)."""
     scope = _describe_scope(user_id, agent_id, run_id)
     target = f"memory {memory_id!r}" if memory_id else f"every memory of {scope}"
     # Ask only when there is something to erase; otherwise the library's error says why.
-    if (memory_id or scope) and not yes:
+    if (memory_id or scope) and not yes and not dry_run:
         _confirm(f"Erase {target} permanently, with its history? This cannot be undone.")
     result = _call(
         ctx,
-        lambda m: m.purge(memory_id, user_id=user_id, agent_id=agent_id, run_id=run_id),
+        lambda m: m.purge(
+            memory_id, user_id=user_id, agent_id=agent_id, run_id=run_id, dry_run=dry_run
+        ),
     )
     if json_out:
         _print_json(result)
         return
-    _say(f"Purged {result['purged']} memories.")
+    if not dry_run:
+        _say(f"Purged {result['purged']} memories.")
+        return
+    _say(
+        f"Would purge {result['purged']} memories"
+        + (
+            f", {result['messages']} raw messages, {result['failures']} extraction failure "
+            f"records and {result['entities']} entities, and re-index {result['reindexed']} "
+            "other memories"
+            if "messages" in result
+            else ""
+        )
+        + ". Nothing was erased."
+    )
+    for mid in result["memory_ids"]:
+        typer.echo(mid)
 
 
 @app.command()

@@ -118,6 +118,25 @@ def serve(
             )
         ),
     ] = None,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            metavar="IPS",
+            help=(
+                "Proxies whose X-Forwarded-Proto/-For are trusted (comma-separated, * for any; "
+                "default: $FORWARDED_ALLOW_IPS or 127.0.0.1). An https request through one gets "
+                "Secure cookies."
+            ),
+        ),
+    ] = None,
+    ssl_certfile: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Serve https with this certificate (PEM).", exists=True),
+    ] = None,
+    ssl_keyfile: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="The certificate's private key (PEM).", exists=True),
+    ] = None,
     log_level: LogLevel = "info",
     json_out: Annotated[
         bool,
@@ -132,8 +151,15 @@ def serve(
         limits = server.ServerLimits(
             max_body_bytes=max_body_bytes, max_top_k=max_top_k, max_messages=max_messages
         )
+        if (ssl_certfile is None) != (ssl_keyfile is None):
+            _fail("https needs both --ssl-certfile and --ssl-keyfile")
+        transport = server.runner.Transport(
+            ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+            ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
+            forwarded_allow_ips=forwarded_allow_ips,
+        )
         memory = _open_async(ctx, engine)
-        url = f"http://{host}:{port}"
+        url = f"{'https' if ssl_certfile else 'http'}://{host}:{port}"
         info = {"url": url, "engine": engine.value, "keys": str(keys.path), "auth": keys.any_keys()}
         if compat is not None:
             info["compat"] = compat.value
@@ -152,6 +178,7 @@ def serve(
             insecure=insecure,
             log_level=log_level,
             compat=compat.value if compat is not None else None,
+            transport=transport,
         )
 
 

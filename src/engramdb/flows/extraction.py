@@ -26,6 +26,7 @@ import numpy as np
 from engramdb._engine import Complete, EmbedDocuments, EmbedQuery, Flow, store_call
 from engramdb.core.text import content_hash
 from engramdb.errors import (
+    AccessDeniedError,
     ConflictError,
     DuplicateMemoryError,
     ExtractionError,
@@ -280,9 +281,13 @@ class ExtractionFlows(ReadFlows, ChangeFlows):
                         }
                     )
                 elif op.event == "DELETE":
-                    yield from self.delete(
+                    done = yield from self.delete(
                         op.memory_id, actor="llm", reason="consolidation", visible=visible
                     )
+                    if done["message"].startswith("Memory detached"):
+                        # Another scope's memory, seen through an attached session:
+                        # the session was detached, the memory itself stays.
+                        continue
                     results.append(
                         {
                             "id": op.memory_id,
@@ -301,7 +306,12 @@ class ExtractionFlows(ReadFlows, ChangeFlows):
                     results.append(
                         {"id": op.memory_id, "memory": existing[op.memory_id].text, "event": "NONE"}
                     )
-            except (MemoryNotFoundError, DuplicateMemoryError, ConflictError) as exc:
+            except (
+                MemoryNotFoundError,
+                DuplicateMemoryError,
+                ConflictError,
+                AccessDeniedError,
+            ) as exc:
                 log.warning("consolidation: skipped %s of %s: %s", op.event, op.memory_id, exc)
         return {"results": results}
 

@@ -142,6 +142,7 @@ class ReadFlows(FlowState):
         include_superseded: bool = True,
     ) -> Flow[dict[str, Any]]:
         """``Memory.search``."""
+        self._may("read", "search()")
         text = check_text(query, self.limits.max_text_chars, "query")
         k = check_top_k(top_k)
         thr = check_threshold(threshold)
@@ -210,6 +211,7 @@ class ReadFlows(FlowState):
 
     def get(self, memory_id: object) -> Flow[dict[str, Any] | None]:
         """``Memory.get``."""
+        self._may("read", "get()")
         row = self._seen((yield from store_call(Store.get, self._memory_id(memory_id))))
         if row is None:
             return None
@@ -227,6 +229,7 @@ class ReadFlows(FlowState):
         show_expired: bool = False,
     ) -> Flow[dict[str, Any]]:
         """``Memory.get_all``."""
+        self._may("read", "get_all()")
         k = check_top_k(top_k)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValidationError(f"offset must be a non-negative integer, got {offset!r}")
@@ -245,6 +248,7 @@ class ReadFlows(FlowState):
 
     def history(self, memory_id: object) -> Flow[list[dict[str, Any]]]:
         """``Memory.history``: ``[]`` for an id with no history (as mem0), or one not visible."""
+        self._may("read", "history()")
         mid = self._memory_id(memory_id)
         if self.within is not None:
             try:
@@ -259,6 +263,7 @@ class ReadFlows(FlowState):
 
     def timeline(self, memory_id: object, limit: int = 100) -> Flow[list[dict[str, Any]]]:
         """A memory and every memory linked to it (transitively), by observation time."""
+        self._may("read", "timeline()")
         mid = self._memory_id(memory_id)
         start = self._seen((yield from store_call(Store.get, mid)))
         if start is None:
@@ -289,6 +294,7 @@ class ReadFlows(FlowState):
         of a memory the view sees, only the messages of scopes it sees (a
         repeat's messages from a wider conversation stay hidden).
         """
+        self._may("read", "source_messages()")
         mid = self._memory_id(memory_id)
         yield from self._visible_by_id(mid)
         found = yield from store_call(Store.source_messages, mid, self.within)
@@ -296,6 +302,7 @@ class ReadFlows(FlowState):
 
     def scope_counts(self) -> Flow[dict[str, Any]]:
         """Counts of the memories the view sees (the whole store unbound), from the store."""
+        self._may("read", "scope_counts()")
         counts = yield from store_call(Store.scope_counts, self.within)
         return asdict(counts)
 

@@ -21,9 +21,10 @@ from typing import Any
 
 from engramdb._engine import Emit, Flow, store_call
 from engramdb.config import EngramConfig, ExtractionConfig
+from engramdb.core.access import FULL_ACCESS, Access, Holding, holding
 from engramdb.core.filters import CORE_FIELDS
 from engramdb.core.validate import check_id, parse_timestamp
-from engramdb.errors import MemoryNotFoundError, ScopeError, ValidationError
+from engramdb.errors import AccessDeniedError, MemoryNotFoundError, ScopeError, ValidationError
 from engramdb.extract import ChatMessage, additive_variant
 from engramdb.nlp import extract_entities
 from engramdb.rerank import LLMReranker, Reranker
@@ -225,6 +226,8 @@ class FlowState:
         self._warned_no_llm = False
         self.within: Scope | None = None
         """The scope a bound caller (a scoped view, a server key) may never leave."""
+        self.access: Access = FULL_ACCESS
+        """What the caller may do: capabilities and granted users (``core/access.py``)."""
         rerank = config.retrieval.rerank
         self.reranker: Reranker | None = (
             LLMReranker(rerank.max_chars) if rerank is not None and has_llm else None
@@ -256,8 +259,37 @@ class FlowState:
             raise ValidationError("memory_id is required")
         return mid
 
+    def _may(self, capability: str, what: str) -> None:
+        """Refuse (AccessDeniedError) a call whose caller lacks ``capability``."""
+        self.access.require(capability, what)
+
+    def _holding(self, row: MemoryRow) -> Holding:
+        """Whether the caller owns a memory it sees, or holds it by attachment or as foreign."""
+        return holding(row, self.within, self.access)
+
+    def _owned(self, row: MemoryRow, what: str) -> None:
+        """Refuse a change to a memory the caller sees but does not own (core/access.py)."""
+        how = self._holding(row)
+        if how == "attached":
+            raise AccessDeniedError(
+                f"{what}: memory {row.id} belongs to another scope; this view (key) sees it "
+                "only because its session was attached to it. Deleting it detaches the session"
+            )
+        if how == "foreign":
+            raise AccessDeniedError(
+                f"{what}: memory {row.id} is about a user this view (key) was not granted"
+            )
+
     def _inside(self, ids: dict[str, object]) -> dict[str, object]:
-        """The ids of a call with the bound ids merged in; naming another value is refused."""
+        """The ids of a call with the bound ids merged in; naming another value is refused.
+
+        A caller not bound to a user may name only the users it was granted
+        (AccessDeniedError otherwise).
+        """
+        user = ids.get("user_id")
+        if self.within is None or self.within.user_id is None:
+            # A bound user is merged below (naming another is a ScopeError).
+            self.access.check_user(user if isinstance(user, str) else None, None, "the call")
         if self.within is None:
             return ids
         merged = dict(ids)

@@ -84,6 +84,7 @@ class WriteFlows(ExtractionFlows):
         links: object = None,
     ) -> Flow[dict[str, Any]]:
         """``Memory.add``: extraction by the LLM when there is one, verbatim otherwise."""
+        self._may("write", "add()")
         prep = self._prepare(messages, ids, metadata, timestamp, expiration_date)
         given_links = _check_links(links)
         if memory_type not in (None, "procedural_memory"):
@@ -255,6 +256,7 @@ class WriteFlows(ExtractionFlows):
 
     def retry_extraction(self, failure_id: object) -> Flow[dict[str, Any]]:
         """Run extraction again on the messages a failed add() kept."""
+        self._may("write", "retry_extraction()")
         if isinstance(failure_id, bool) or not isinstance(failure_id, int):
             raise ValidationError(f"failure_id must be an integer, got {failure_id!r}")
         if not self.has_llm:
@@ -287,6 +289,7 @@ class WriteFlows(ExtractionFlows):
         self, ids: dict[str, object], include_resolved: bool
     ) -> Flow[list[dict[str, Any]]]:
         """Recorded extraction failures of a scope."""
+        self._may("read", "failures()")
         ids = self._inside(ids)
         scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="failures()")
         found = yield from store_call(Store.failures, scope, include_resolved=include_resolved)

@@ -163,6 +163,8 @@ class PurgeRequest(_Body):
     user_id: str | None = None
     agent_id: str | None = None
     run_id: str | None = None
+    dry_run: bool = False
+    """Erase nothing; answer what would go (memory ids, messages, failure records)."""
 
 
 class MemoryOut(BaseModel):
@@ -891,6 +893,7 @@ def _extra_routes(app: FastAPI, service: MemoryService) -> None:
             user_id=body.user_id,
             agent_id=body.agent_id,
             run_id=body.run_id,
+            dry_run=body.dry_run,
         )
 
     @app.get(

@@ -53,7 +53,7 @@ async def caller_of(
     found = keys.verify(given.strip())
     if found is None:
         raise Unauthorized("the API key is unknown or revoked")
-    return Caller(bound=found.scope, key_id=found.id)
+    return Caller.of_key(found)
 
 
 CallerDep = Annotated[Caller, Depends(caller_of)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from engramdb.errors import (
+    AccessDeniedError,
     ConfigError,
     ConflictError,
     DuplicateMemoryError,
@@ -61,6 +62,7 @@ def openapi_errors(model: type[Any], *statuses: int) -> dict[int | str, dict[str
 ERROR_TABLE: tuple[tuple[type[EngramError], int, str], ...] = (
     (ScopeForbiddenError, 403, "scope_forbidden"),
     (AdminRequiredError, 403, "admin_required"),
+    (AccessDeniedError, 403, "access_denied"),
     (LimitExceededError, 422, "limit_exceeded"),
     (MemoryNotFoundError, 404, "not_found"),
     (VersionNotFoundError, 404, "version_not_found"),

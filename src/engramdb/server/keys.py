@@ -22,17 +22,26 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import re
 import secrets
 import sqlite3
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engramdb._time import utc_now
 from engramdb.config import default_home
+from engramdb.core.access import (
+    ANY_USER,
+    CAPABILITIES,
+    Access,
+    default_capabilities,
+    parse_capabilities,
+)
 from engramdb.core.validate import check_id
 from engramdb.errors import ConfigError, ValidationError
 
@@ -64,6 +73,21 @@ CREATE TABLE IF NOT EXISTS api_keys (
 """,
     # Version 2: a key may be bound to one run (a conversation) as well.
     "ALTER TABLE api_keys ADD COLUMN run_id TEXT;",
+    # Versions 3-5: capabilities and granted users (engramdb.core.access).
+    # ``can`` lists capabilities, comma-separated; ``users`` is NULL (a key bound
+    # to a user, or one granted no user), '*' (any user) or a JSON list.
+    "ALTER TABLE api_keys ADD COLUMN can TEXT;",
+    "ALTER TABLE api_keys ADD COLUMN users TEXT;",
+    # Keys made before capabilities: admin keys keep everything and user-bound
+    # keys keep what they always could; keys bound only to an agent or a run
+    # get the safe default (no purge, no user they were not granted).
+    """
+UPDATE api_keys SET can = CASE
+    WHEN admin = 1 THEN 'read,write,delete,purge,admin'
+    WHEN user_id IS NOT NULL THEN 'read,write,delete,purge'
+    ELSE 'read,write,delete' END
+WHERE can IS NULL;
+""",
 )
 _SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -85,6 +109,22 @@ class ApiKey:
     created_at: str
     revoked_at: str | None
     run_id: str | None = None
+    can: frozenset[str] = frozenset()
+    """Its capabilities (:data:`engramdb.core.access.CAPABILITIES`)."""
+    users: tuple[str, ...] = ()
+    """Users a key not bound to a user may name (sorted); see :attr:`any_user`."""
+    any_user: bool = False
+    """A key not bound to a user that may name any user (a service agent)."""
+
+    @property
+    def access(self) -> Access:
+        """What the key may do, as the flows check it."""
+        return Access(can=self.can, users=None if self.any_user else frozenset(self.users))
+
+    @property
+    def capabilities(self) -> list[str]:
+        """Its capabilities in the canonical order."""
+        return [c for c in CAPABILITIES if c in self.can]
 
     @property
     def scope(self) -> dict[str, str]:
@@ -109,6 +149,8 @@ class ApiKey:
             "agent_id": self.agent_id,
             "run_id": self.run_id,
             "admin": self.admin,
+            "can": self.capabilities,
+            "users": "*" if self.any_user else list(self.users),
             "created_at": self.created_at,
             "revoked_at": self.revoked_at,
         }
@@ -126,7 +168,16 @@ def _digest(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+def _users_column(users: tuple[str, ...], any_user: bool) -> str | None:
+    if any_user:
+        return ANY_USER
+    return json.dumps(list(users)) if users else None
+
+
 def _row(row: tuple[Any, ...]) -> ApiKey:
+    users_text = row[9]
+    any_user = users_text == ANY_USER
+    users = () if users_text is None or any_user else tuple(sorted(json.loads(users_text)))
     return ApiKey(
         id=row[0],
         name=row[1],
@@ -136,10 +187,13 @@ def _row(row: tuple[Any, ...]) -> ApiKey:
         created_at=row[5],
         revoked_at=row[6],
         run_id=row[7],
+        can=frozenset(c for c in (row[8] or "").split(",") if c),
+        users=users,
+        any_user=any_user,
     )
 
 
-_COLUMNS = "id, name, user_id, agent_id, admin, created_at, revoked_at, run_id"
+_COLUMNS = "id, name, user_id, agent_id, admin, created_at, revoked_at, run_id, can, users"
 _SECRET = len(_COLUMNS.split(", "))
 """Where ``secret_sha256`` is in a row of ``SELECT {_COLUMNS}, secret_sha256``."""
 
@@ -202,6 +256,9 @@ class KeyStore:
         run_id: str | None = None,
         admin: bool = False,
         name: str | None = None,
+        can: str | Iterable[str] | None = None,
+        users: Iterable[str] = (),
+        any_user: bool = False,
     ) -> NewKey:
         """Create a key bound to a scope (or an admin key) and return it with its secret.
 
@@ -209,6 +266,12 @@ class KeyStore:
         ``run_id``: it can only read and change memories of that scope (a
         run-bound key sees that run's memories only). An admin key may act on
         any scope and takes no scope ids.
+
+        ``can`` chooses its capabilities (``read``, ``write``, ``delete``,
+        ``purge``; ``admin`` only with ``admin=True``); left out, the safe
+        default of its shape (:func:`engramdb.core.access.default_capabilities`).
+        A key not bound to a user names only the ``users`` it is granted, or
+        any user with ``any_user`` (a service agent serving many users).
         """
         user = check_id("user_id", user_id)
         agent = check_id("agent_id", agent_id)
@@ -222,6 +285,27 @@ class KeyStore:
                 "a key needs the scope it may use (--user-id, --agent-id and/or --run-id), "
                 "or --admin"
             )
+        granted = tuple(sorted({u for u in (check_id("users", u) for u in users) if u}))
+        if (granted or any_user) and (admin or user is not None):
+            raise ValidationError(
+                "--user and --any-user grant users to a key bound only to an agent or a run; "
+                "an admin key or a key bound to a user takes neither"
+            )
+        if granted and any_user:
+            raise ValidationError("give --user IDs or --any-user, not both")
+        caps = (
+            default_capabilities(admin=admin, user_bound=user is not None)
+            if can is None
+            else parse_capabilities(can)
+        )
+        if "admin" in caps and not admin:
+            raise ValidationError(
+                "the admin capability belongs to admin keys (--admin), which are bound to no scope"
+            )
+        if admin:
+            caps = caps | {"admin"}
+        can_text = ",".join(c for c in CAPABILITIES if c in caps)
+        users_text = _users_column(granted, any_user)
         if name is not None and (not name.strip() or len(name) > 200):
             raise ValidationError("a key's name must be 1 to 200 characters")
         with self._lock:
@@ -237,13 +321,36 @@ class KeyStore:
                 try:
                     conn.execute(
                         f"INSERT INTO api_keys ({_COLUMNS}, secret_sha256) "
-                        "VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?)",
-                        (key_id, name, user, agent, int(admin), created, run, _digest(key)),
+                        "VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)",
+                        (
+                            key_id,
+                            name,
+                            user,
+                            agent,
+                            int(admin),
+                            created,
+                            run,
+                            can_text,
+                            users_text,
+                            _digest(key),
+                        ),
                     )
                 except sqlite3.IntegrityError:  # pragma: no cover - a 1 in 4 billion clash
                     continue
                 self._any = True
-                info = ApiKey(key_id, name, user, agent, admin, created, None, run)
+                info = ApiKey(
+                    key_id,
+                    name,
+                    user,
+                    agent,
+                    admin,
+                    created,
+                    None,
+                    run,
+                    can=frozenset(caps),
+                    users=granted,
+                    any_user=any_user,
+                )
                 return NewKey(key=key, info=info)
 
     def list_keys(self) -> list[ApiKey]:

@@ -12,6 +12,7 @@ error code (``invalid_scope: ...``), never with a crash.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
@@ -19,7 +20,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engramdb import __version__
 from engramdb.errors import EngramError, ValidationError
@@ -106,7 +107,7 @@ def build_mcp(
             found = keys.verify(key) if keys is not None else None
             if found is None:
                 raise ToolError("unauthorized: the API key is unknown or revoked")
-            return Caller(bound=found.scope, key_id=found.id)
+            return Caller.of_key(found)
         if keys is not None and keys.any_keys() and ctx.headers is not None:
             raise ToolError("unauthorized: send an API key (Authorization: Bearer <key>)")
         if caller is None:
@@ -313,34 +314,82 @@ def build_mcp(
 
 
 class KeyGuard:
-    """ASGI wrapper for the MCP HTTP app: no valid key, no session (HTTP 401).
+    """ASGI wrapper for the MCP HTTP app: no valid key, no session; a session is its key's.
 
     Only enforced once the key file holds a key; each tool call then checks
     the key again (for its scope, and in case it was revoked meanwhile).
+    A session (``mcp-session-id``) belongs to the key whose request opened
+    it: a request of another key naming it is answered 404, exactly like an
+    unknown session, and the session lives on for its owner.
     """
+
+    MAX_SESSIONS = 100_000
+    """Sessions remembered at most (the oldest forgotten first)."""
 
     def __init__(self, app: ASGIApp, keys: KeyStore) -> None:
         self.app = app
         self.keys = keys
+        self._owners: OrderedDict[str, str] = OrderedDict()
+        """Session id -> the id of the key that opened it."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer 401 without a valid key; pass everything else on."""
-        if scope["type"] == "http" and self.keys.any_keys():
-            headers = {
-                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
-            }
-            key = key_from_headers(headers)
-            if key is None or self.keys.verify(key) is None:
-                response = JSONResponse(
-                    {
-                        "error": {
-                            "code": "unauthorized",
-                            "message": "send a valid API key: 'Authorization: Bearer <key>'",
-                        }
-                    },
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
+        """Answer 401 without a valid key, 404 for another key's session; pass the rest on."""
+        if scope["type"] != "http" or not self.keys.any_keys():
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        key = key_from_headers(headers)
+        found = self.keys.verify(key) if key is not None else None
+        if found is None:
+            await _refuse(
+                scope,
+                receive,
+                send,
+                401,
+                "unauthorized",
+                "send a valid API key: 'Authorization: Bearer <key>'",
+            )
+            return
+        session = headers.get("mcp-session-id")
+        if session is not None:
+            owner = self._owners.get(session)
+            if owner is not None and owner != found.id:
+                await _refuse(
+                    scope,
+                    receive,
+                    send,
+                    404,
+                    "session_not_found",
+                    "no such MCP session for this key; start one with initialize",
                 )
-                await response(scope, receive, send)
                 return
-        await self.app(scope, receive, send)
+            if owner is None:
+                # Unknown here (opened before a restart, or forgotten): the MCP app
+                # answers for it; a session we never saw opened is never claimed.
+                await self.app(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+            if scope.get("method") == "DELETE":
+                self._owners.pop(session, None)
+            return
+
+        async def claim(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", ()):
+                    if name.decode("latin-1").lower() == "mcp-session-id":
+                        self._owners[value.decode("latin-1")] = found.id
+                        while len(self._owners) > self.MAX_SESSIONS:
+                            self._owners.popitem(last=False)
+            await send(message)
+
+        await self.app(scope, receive, claim)
+
+
+async def _refuse(
+    scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str
+) -> None:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    response = JSONResponse(
+        {"error": {"code": code, "message": message}}, status_code=status, headers=headers
+    )
+    await response(scope, receive, send)

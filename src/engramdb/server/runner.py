@@ -11,6 +11,7 @@ import ipaddress
 import logging
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import anyio
@@ -24,7 +25,14 @@ from engramdb.server.mcp import KeyGuard, build_mcp
 from engramdb.server.service import MemoryService, ServerLimits
 from engramdb.server.tenancy import Caller
 
-__all__ = ["check_exposure", "is_loopback", "serve", "serve_mcp_http", "serve_mcp_stdio"]
+__all__ = [
+    "Transport",
+    "check_exposure",
+    "is_loopback",
+    "serve",
+    "serve_mcp_http",
+    "serve_mcp_stdio",
+]
 
 log = logging.getLogger("engramdb.server")
 
@@ -57,7 +65,26 @@ def check_exposure(host: str, keys: KeyStore, *, insecure: bool, fixed_scope: bo
     )
 
 
-def _uvicorn_config(app: object, host: str, port: int, log_level: str) -> uvicorn.Config:
+@dataclass(frozen=True)
+class Transport:
+    """How the server is reached: its own TLS, and which proxies it trusts.
+
+    ``forwarded_allow_ips``: the addresses whose ``X-Forwarded-Proto`` /
+    ``X-Forwarded-For`` uvicorn believes (comma-separated, ``*`` for any;
+    ``None``: uvicorn's default, ``$FORWARDED_ALLOW_IPS`` or 127.0.0.1). A
+    request that came over https, directly or through such a proxy, gets
+    ``Secure`` cookies from the web UI.
+    """
+
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    forwarded_allow_ips: str | None = None
+
+
+def _uvicorn_config(
+    app: object, host: str, port: int, log_level: str, transport: Transport | None = None
+) -> uvicorn.Config:
+    tls = transport or Transport()
     return uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=host,
@@ -68,6 +95,10 @@ def _uvicorn_config(app: object, host: str, port: int, log_level: str) -> uvicor
         workers=None,
         server_header=False,
         timeout_graceful_shutdown=10,
+        proxy_headers=True,
+        forwarded_allow_ips=tls.forwarded_allow_ips,
+        ssl_certfile=tls.ssl_certfile,
+        ssl_keyfile=tls.ssl_keyfile,
     )
 
 
@@ -82,15 +113,17 @@ def serve(
     log_level: str = "info",
     sockets: Sequence[socket.socket] | None = None,
     compat: Literal["mem0"] | None = None,
+    transport: Transport | None = None,
 ) -> None:
     """Serve the REST API until interrupted; closes ``memory`` on the way out.
 
     ``compat="mem0"`` serves mem0's REST routes and error shapes instead of
-    engramdb's own (see :func:`engramdb.server.app.create_app`).
+    engramdb's own (see :func:`engramdb.server.app.create_app`); ``transport``
+    sets TLS and the trusted proxies (:class:`Transport`).
     """
     check_exposure(host, keys, insecure=insecure)
     app = create_app(memory, keys=keys, limits=limits, close_memory=True, compat=compat)
-    server = uvicorn.Server(_uvicorn_config(app, host, port, log_level))
+    server = uvicorn.Server(_uvicorn_config(app, host, port, log_level, transport))
     server.run(sockets=list(sockets) if sockets else None)
 
 

@@ -67,9 +67,11 @@ class MemoryService:
         themselves — by-id calls, extraction context, dedup, links,
         consolidation, timeline — so this layer never reads the store directly.
         """
-        if caller.admin:
+        if caller.unrestricted:
             return self.memory
-        return self.memory.scoped(**caller.bound)
+        if not caller.bound:
+            return self.memory.limited(access=caller.access)
+        return self.memory.scoped(**caller.bound, access=caller.access)
 
     async def _call(self, caller: Caller, name: str, *args: Any, **kwargs: Any) -> Any:
         method = getattr(self._for(caller), name)
@@ -218,15 +220,16 @@ class MemoryService:
         user_id: str | None = None,
         agent_id: str | None = None,
         run_id: str | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """``Memory.purge`` of one owned memory, or of a named scope of the caller."""
         if memory_id is not None:
             if any(v is not None for v in (user_id, agent_id, run_id)):
                 raise ValidationError("purge takes a memory_id or scope ids, not both")
-            result: dict[str, Any] = await self._call(caller, "purge", memory_id)
+            result: dict[str, Any] = await self._call(caller, "purge", memory_id, dry_run=dry_run)
             return result
         scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id), require_named=True)
-        result = await self._call(caller, "purge", **scope)
+        result = await self._call(caller, "purge", **scope, dry_run=dry_run)
         return result
 
     def export_lines(
@@ -375,10 +378,10 @@ class MemoryService:
         Raises:
             AdminRequiredError: the caller is bound to a scope, or came without a key.
         """
-        if not caller.admin:
+        if not caller.admin or "purge" not in caller.access.can:
             raise AdminRequiredError(
-                "a reset erases every scope of the store: it needs an admin API key, "
-                f"and {caller.describe()} is bound to a scope"
+                "a reset erases every scope of the store: it needs an admin API key with the "
+                f"purge capability, and {caller.describe()} is bound to a scope or lacks it"
             )
         if caller.key_id is None:
             raise AdminRequiredError(

@@ -34,8 +34,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engramdb.core.access import DATA_CAPABILITIES, FULL_ACCESS, Access
 from engramdb.core.filters import split_scope
 from engramdb.errors import EngramError, ScopeError
+from engramdb.server.keys import ApiKey
 
 __all__ = [
     "SCOPE_KINDS",
@@ -69,17 +71,30 @@ class AdminRequiredError(EngramError):
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: the scope ids they are bound to, or none for an admin."""
+    """Who is calling: the scope ids they are bound to (none for an admin) and their access."""
 
     bound: Mapping[str, str] = field(default_factory=dict)
     """Scope ids every call of this caller runs within; empty for an admin."""
     key_id: str | None = None
     """The public id of the API key, when the caller came with one."""
+    access: Access = FULL_ACCESS
+    """Capabilities and granted users (:mod:`engramdb.core.access`); a caller with no
+    key (a keyless server on loopback, a launch scope) holds every capability."""
+
+    @classmethod
+    def of_key(cls, key: ApiKey) -> Caller:
+        """The caller a verified API key makes."""
+        return cls(bound=key.scope, key_id=key.id, access=key.access)
 
     @property
     def admin(self) -> bool:
-        """Whether the caller may act on any scope."""
-        return not self.bound
+        """Whether the caller may act on the whole store (unbound, ``admin`` capability)."""
+        return not self.bound and "admin" in self.access.can
+
+    @property
+    def unrestricted(self) -> bool:
+        """Whether the caller's calls need no view at all (an admin holding every capability)."""
+        return self.admin and self.access.can >= DATA_CAPABILITIES
 
     def describe(self) -> str:
         """A short description for logs and tool output (never the key itself)."""

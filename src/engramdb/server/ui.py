@@ -295,15 +295,24 @@ class _UI:
                     target = "/ui/signin?" + urlencode({"next": _next_of(request)})
                     response = RedirectResponse(target, status_code=303)
                     if new_cookie:
-                        self._set_cookie(response, sid)
+                        self._set_cookie(response, sid, request)
                     raise _Page(response)
             else:
-                caller = Caller(bound=found.scope, key_id=found.id)
+                caller = Caller.of_key(found)
         return _Ctx(request, caller, sid, session, new_cookie, auth)
 
-    def _set_cookie(self, response: Response, sid: str) -> None:
+    def _set_cookie(self, response: Response, sid: str, request: Request) -> None:
+        # ``Secure`` whenever the request came over https: directly (TLS at
+        # uvicorn), or through a proxy that ``engram serve --forwarded-allow-ips``
+        # trusts, whose X-Forwarded-Proto uvicorn turns into the request's scheme.
         response.set_cookie(
-            COOKIE, sid, httponly=True, samesite="strict", path="/ui", max_age=_SESSION_TTL_S
+            COOKIE,
+            sid,
+            httponly=True,
+            samesite="strict",
+            path="/ui",
+            max_age=_SESSION_TTL_S,
+            secure=request.url.scheme == "https",
         )
 
     async def _form(self, ctx: _Ctx) -> dict[str, str]:
@@ -342,7 +351,7 @@ class _UI:
         response = HTMLResponse(page, status_code=status)
         self._secure(response)
         if ctx.new_cookie:
-            self._set_cookie(response, ctx.sid)
+            self._set_cookie(response, ctx.sid, ctx.request)
         return response
 
     def _take_flash(self, ctx: _Ctx) -> str | None:
@@ -362,7 +371,7 @@ class _UI:
             ctx.session.flash = flash
         response = RedirectResponse(target, status_code=303)
         if ctx.new_cookie:
-            self._set_cookie(response, ctx.sid)
+            self._set_cookie(response, ctx.sid, ctx.request)
         return response
 
     def _error(self, ctx: _Ctx, exc: EngramError) -> Response:
@@ -686,10 +695,15 @@ class _UI:
     async def delete(self, ctx: _Ctx, memory_id: str) -> Response:
         """Delete a memory (restorable)."""
         form = await self._form(ctx)
-        await self.service.delete(
+        done = await self.service.delete(
             ctx.caller, memory_id, reason=form.get("reason", "").strip() or None
         )
         self._forget_catalog()
+        if done["message"].startswith("Memory detached"):
+            # Another scope's memory this key saw through its attached session.
+            return self._redirect(
+                ctx, "/ui/memories", "Detached: it belongs to another scope, which keeps it."
+            )
         return self._redirect(ctx, _memory_url(memory_id), "Deleted. Restore brings it back.")
 
     async def restore(self, ctx: _Ctx, memory_id: str) -> Response:
@@ -760,7 +774,7 @@ class _UI:
         self.sessions.drop(ctx.sid)
         sid, _ = self.sessions.new(key)
         response = RedirectResponse(target, status_code=303)
-        self._set_cookie(response, sid)
+        self._set_cookie(response, sid, ctx.request)
         return response
 
     async def signout(self, ctx: _Ctx) -> Response:
@@ -768,7 +782,13 @@ class _UI:
         await self._form(ctx)
         self.sessions.drop(ctx.sid)
         response = RedirectResponse("/ui/signin", status_code=303)
-        response.delete_cookie(COOKIE, path="/ui")
+        response.delete_cookie(
+            COOKIE,
+            path="/ui",
+            secure=ctx.request.url.scheme == "https",
+            httponly=True,
+            samesite="strict",
+        )
         return response
 
 

@@ -138,6 +138,20 @@ class Store(Protocol):
         """Attach the scope's run/agent to a live memory; None if nothing was new."""
         ...
 
+    def detach_session(
+        self,
+        memory_id: str,
+        sessions: Sequence[tuple[str, str]],
+        actor: str,
+        reason: str | None = None,
+    ) -> HistoryEvent | None:
+        """Detach attached ``(kind, value)`` sessions from a memory (deleted ones too).
+
+        The memory stays for its owner; a DETACH event records what went.
+        None if none of the sessions was attached.
+        """
+        ...
+
     def keep_failed(
         self, scope: Scope, messages: Sequence[NewMessage], error: str, reply: str | None
     ) -> int:
@@ -416,6 +430,16 @@ class AsyncStore(Protocol):
 
     async def attach_session(self, memory_id: str, scope: Scope, actor: str) -> HistoryEvent | None:
         """See :meth:`Store.attach_session`."""
+        ...
+
+    async def detach_session(
+        self,
+        memory_id: str,
+        sessions: Sequence[tuple[str, str]],
+        actor: str,
+        reason: str | None = None,
+    ) -> HistoryEvent | None:
+        """See :meth:`Store.detach_session`."""
         ...
 
     async def keep_failed(

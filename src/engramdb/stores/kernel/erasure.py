@@ -34,6 +34,7 @@ __all__ = [
     "NeighbourFacts",
     "Reindex",
     "check_terms",
+    "owner_columns",
     "plan_erasure",
     "purge_with",
     "reindexed_terms",
@@ -54,6 +55,26 @@ DERIVED_ROWS: tuple[tuple[str, str], ...] = (
 """The tables (and their column naming a memory's rowid) holding rows derived from a
 memory, which a purge deletes with it in every backend; a backend adds its own
 (SQLite: its vector and FTS tables) before the ``memories`` row itself."""
+
+
+def owner_columns(owner: str) -> list[tuple[str, str | None]]:
+    """The column conditions that select an owner's rows: ``(column, value or None)``.
+
+    ``user:alice`` is ``user_id = 'alice'``; ``agent:coach`` is ``user_id IS NULL
+    AND agent_id = 'coach'``; ``run:r1`` also needs ``agent_id IS NULL``. A
+    per-id purge that takes an owner's last memory also takes the owner's
+    raw messages and extraction failures that no memory refers to any more,
+    selected with these conditions, so purging every memory one id at a time
+    ends where a purge of the owner's scope does.
+    """
+    kind, _, value = owner.partition(":")
+    order = ("user_id", "agent_id", "run_id")
+    column = {"user": "user_id", "agent": "agent_id", "run": "run_id"}.get(kind)
+    if column is None or not value:
+        raise ValueError(f"not an owner: {owner!r}")
+    out: list[tuple[str, str | None]] = [(c, None) for c in order[: order.index(column)]]
+    out.append((column, value))
+    return out
 
 
 @dataclass
@@ -79,9 +100,11 @@ class ErasureFacts:
     memories: list[tuple[int, str, str]]
     """``(rowid, public id, owner)`` of every memory the purge names."""
     scope_messages: list[int] = field(default_factory=list)
-    """Raw messages stored under the purged scope (a scope purge only)."""
+    """Raw messages stored under the purged scope (a scope purge), or under the owner
+    of a memory purged by id when no other memory of that owner remains."""
     scope_failures: list[int] = field(default_factory=list)
-    """Extraction failures recorded under the purged scope (a scope purge only)."""
+    """Extraction failures recorded under the purged scope, or under the owner of the
+    last memory of that owner purged by id (see :func:`owner_columns`)."""
     sources: list[tuple[int, int]] = field(default_factory=list)
     """``(memory rowid, message rowid)`` source pairs of the named memories and of
     every message of :attr:`failure_messages`."""

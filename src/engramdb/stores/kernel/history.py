@@ -16,6 +16,7 @@ __all__ = [
     "add_event",
     "attach_event",
     "delete_event",
+    "detach_event",
     "plan_from_history",
     "restore_event",
     "restore_target",
@@ -172,5 +173,35 @@ def attach_event(
         new_metadata=None,
         actor=actor,
         reason="seen again in " + ", ".join(f"{kind}={value}" for kind, value in attached),
+        created_at=now,
+    )
+
+
+def detach_event(
+    memory_id: str,
+    text: str,
+    version: int,
+    detached: Sequence[tuple[str, str]],
+    actor: str,
+    now: str,
+    reason: str | None = None,
+) -> HistoryEvent:
+    """The DETACH event of sessions taken off a memory its owner keeps.
+
+    A caller that sees a memory only through an attached session (its run or
+    agent) and deletes or purges it takes its session off instead; the
+    memory stays for the scope that owns it.
+    """
+    what = ", ".join(f"{kind}={value}" for kind, value in detached)
+    return HistoryEvent(
+        memory_id=memory_id,
+        event="DETACH",
+        version=version,
+        old_memory=text,
+        new_memory=text,
+        old_metadata=None,
+        new_metadata=None,
+        actor=actor,
+        reason=f"detached {what}" + (f": {reason}" if reason else ""),
         created_at=now,
     )

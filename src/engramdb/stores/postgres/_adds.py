@@ -23,7 +23,7 @@ from engramdb.stores.kernel.dedup import (
     sessions_to_attach,
     stored,
 )
-from engramdb.stores.kernel.history import add_event, attach_event
+from engramdb.stores.kernel.history import add_event, attach_event, detach_event
 from engramdb.stores.postgres._sql import _Q, WRITE_RETRIES, Tx, _dt, _iso, _json, _vector_text
 from engramdb.stores.postgres._write_base import _WriteBase
 
@@ -336,6 +336,45 @@ class _AddFlows(_WriteBase):
             raise MemoryNotFoundError(memory_id)
         outcome = yield from self.attach(row, scope, actor, ts)
         return outcome.history
+
+    def detach_session(
+        self,
+        memory_id: str,
+        sessions: Sequence[tuple[str, str]],
+        actor: str,
+        reason: str | None = None,
+    ) -> Tx[HistoryEvent | None]:
+        """Take attached sessions off a memory (see ``Store.detach_session``)."""
+        ts = datetime.fromisoformat(utc_now())
+        row = yield _Q(
+            f"SELECT rowid, text, version FROM {self.t('memories')} "
+            "WHERE id = %s FOR NO KEY UPDATE",
+            (memory_id,),
+            fetch="one",
+        )
+        if row is None:
+            raise MemoryNotFoundError(memory_id)
+        rowid, text, version = row
+        detached: list[tuple[str, str]] = []
+        for kind, value in sessions:
+            gone = yield _Q(
+                f"DELETE FROM {self.t('memory_scope')} WHERE memory_rowid = %s AND kind = %s "
+                "AND value = %s RETURNING 1",
+                (rowid, kind, value),
+                fetch="one",
+            )
+            if gone is not None:
+                detached.append((kind, value))
+        if not detached:
+            return None
+        yield _Q(
+            f"UPDATE {self.t('memories')} SET txid = pg_current_xact_id() WHERE rowid = %s",
+            (rowid,),
+            fetch="none",
+        )
+        event = detach_event(memory_id, text, int(version), detached, actor, _iso(ts) or "", reason)
+        yield from self.insert_history(event)
+        return event
 
     def keep_failed(
         self, scope: Scope, messages: Sequence[NewMessage], error: str, reply: str | None

@@ -12,6 +12,7 @@ from engramdb.stores.kernel.erasure import (
     ErasureFacts,
     ErasurePlan,
     NeighbourFacts,
+    owner_columns,
     plan_erasure,
 )
 from engramdb.stores.postgres._sql import _Q, Tx
@@ -31,6 +32,21 @@ class _PurgeFlows(_WriteBase):
             )
             if not memories:
                 raise MemoryNotFoundError(memory_id)
+            # The owner's last memory: its leftover messages and failures go too.
+            conds = owner_columns(str(memories[0][2]))
+            where = " AND ".join(f"{c} IS NULL" if v is None else f"{c} = %s" for c, v in conds)
+            values: list[Any] = [v for _, v in conds if v is not None]
+            others = yield _Q(
+                f"SELECT 1 FROM {self.t('memories')} WHERE {where} AND id <> %s LIMIT 1",
+                [*values, memory_id],
+            )
+            if not others:
+                found = yield _Q(f"SELECT rowid FROM {self.t('messages')} WHERE {where}", values)
+                scope_messages = [int(r[0]) for r in found]
+                found = yield _Q(
+                    f"SELECT rowid FROM {self.t('extraction_failures')} WHERE {where}", values
+                )
+                scope_failures = [int(r[0]) for r in found]
         else:
             assert scope is not None
             clause, params = self.scope_clause(scope)

@@ -130,6 +130,7 @@ class _Operations:
     rebind_embedder = _Op(_Flows.rebind_embedder, "write")
     add = _Op(_Flows.add, "write")
     attach_session = _Op(_Flows.attach_session, "write")
+    detach_session = _Op(_Flows.detach_session, "write")
     keep_failed = _Op(_Flows.keep_failed, "write")
     failure = _Op(_Flows.failure, "read")
     failures = _Op(_Flows.failures, "single")

@@ -20,6 +20,7 @@ from engramdb.stores.kernel.erasure import (
     ErasurePlan,
     NeighbourFacts,
     check_terms,
+    owner_columns,
     plan_erasure,
     purge_with,
 )
@@ -125,6 +126,21 @@ class _Erasure(_Store):
             memories = rows("SELECT rowid, id, owner FROM memories WHERE id = ?", memory_id)
             if not memories:
                 raise MemoryNotFoundError(memory_id)
+            # The owner's last memory: its leftover messages and failures go too.
+            conds = owner_columns(str(memories[0][2]))
+            where = " AND ".join(f"{c} IS NULL" if v is None else f"{c} = ?" for c, v in conds)
+            values = [v for _, v in conds if v is not None]
+            others = rows(
+                f"SELECT 1 FROM memories WHERE {where} AND id != ? LIMIT 1", *values, memory_id
+            )
+            if not others:
+                scope_messages = [
+                    r[0] for r in rows(f"SELECT rowid FROM messages WHERE {where}", *values)
+                ]
+                scope_failures = [
+                    r[0]
+                    for r in rows(f"SELECT rowid FROM extraction_failures WHERE {where}", *values)
+                ]
         else:
             assert scope is not None
             clause, params = _scope_clause(scope)

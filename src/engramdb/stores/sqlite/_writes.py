@@ -33,6 +33,7 @@ from engramdb.stores.kernel.history import (
     add_event,
     attach_event,
     delete_event,
+    detach_event,
     plan_from_history,
     restore_event,
     restore_target,
@@ -295,6 +296,38 @@ class _Writes(_Store):
                 raise MemoryNotFoundError(memory_id)
             seq = self._bump(con)
             return self._attach_session(con, row, scope, seq, actor, now).history
+
+    def detach_session(
+        self,
+        memory_id: str,
+        sessions: Sequence[tuple[str, str]],
+        actor: str,
+        reason: str | None = None,
+    ) -> HistoryEvent | None:
+        """Take attached sessions off a memory (see :meth:`Store.detach_session`)."""
+        now = utc_now()
+        with self._write() as con, self._translate():
+            row = con.execute(
+                "SELECT rowid, text, version FROM memories WHERE id = ?", (memory_id,)
+            ).fetchone()
+            if row is None:
+                raise MemoryNotFoundError(memory_id)
+            rowid, text, version = row
+            detached = [
+                (kind, value)
+                for kind, value in sessions
+                if con.execute(
+                    "DELETE FROM memory_scope WHERE memory_rowid = ? AND kind = ? AND value = ?",
+                    (rowid, kind, value),
+                ).rowcount
+            ]
+            if not detached:
+                return None
+            seq = self._bump(con)
+            con.execute("UPDATE memories SET seq = ? WHERE rowid = ?", (seq, rowid))
+            event = detach_event(memory_id, text, int(version), detached, actor, now, reason)
+            self._insert_history(con, event)
+            return event
 
     def _set_content(
         self,
