@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from engramdb.core.filters import (
+from engramdb.core.filters.nodes import (
     _COMPLEMENT,
     _ORDERING,
     And,
