@@ -12,11 +12,11 @@ way under both drivers.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
+from engramdb.core.drive import run_async, run_sync
 from engramdb.stores.base import HistoryEvent, Store
 
 __all__ = [
@@ -101,48 +101,3 @@ class Emit:
 
 Effect = EmbedDocuments | EmbedQuery | StoreCall | Complete | Emit
 Flow = Generator[Effect, Any, T]
-
-
-Catch = type[BaseException] | tuple[type[BaseException], ...]
-
-
-def run_sync(
-    flow: Generator[E, Any, T], perform: Callable[[E], Any], *, catch: Catch = Exception
-) -> T:
-    """Drive ``flow`` to its end, performing each effect with ``perform``.
-
-    An exception of a ``catch`` type raised by ``perform`` is thrown into the
-    flow; any other propagates. The same driver runs the API's flows (effects
-    of this module) and a backend's transaction flows (its statements).
-    """
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            effect = flow.throw(error) if error is not None else flow.send(value)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        try:
-            value, error = perform(effect), None
-        except catch as exc:
-            value, error = None, exc
-
-
-async def run_async(
-    flow: Generator[E, Any, T], perform: Callable[[E], Awaitable[Any]], *, catch: Catch = Exception
-) -> T:
-    """Like :func:`run_sync`, awaiting each effect."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            effect = flow.throw(error) if error is not None else flow.send(value)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        try:
-            value, error = await perform(effect), None
-        except asyncio.CancelledError:
-            flow.close()
-            raise
-        except catch as exc:
-            value, error = None, exc

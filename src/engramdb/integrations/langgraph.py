@@ -132,7 +132,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "engramdb.integrations.langgraph needs LangGraph: pip install 'engramdb[langgraph]'"
     ) from exc
 
-from engramdb._engine import run_async, run_sync
+from engramdb.core.drive import run_async, run_sync
 from engramdb.core.validate import check_id
 from engramdb.errors import ConfigError, DuplicateMemoryError, FilterError, MetadataError
 from engramdb.memory import AsyncMemory, Memory

@@ -22,7 +22,7 @@ import numpy as np
 
 from engramdb.core.bm25 import BM25Index, Keys
 from engramdb.core.filters import Node
-from engramdb.stores.base import Candidate, MemoryRow, Scope
+from engramdb.core.records import Candidate, MemoryRow, Scope
 
 __all__ = ["Pool", "adds_candidates", "narrowed"]
 

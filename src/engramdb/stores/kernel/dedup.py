@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from engramdb.stores.base import AddOutcome, HistoryEvent, NewMemory, Scope
+from engramdb.core.records import AddOutcome, HistoryEvent, NewMemory, Scope
 
 __all__ = ["first_occurrences", "in_input_order", "repeated", "sessions_to_attach", "stored"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from engramdb.core.records import HistoryEvent, MemoryRow, NewMemory, RestorePlan
 from engramdb.errors import VersionNotFoundError
-from engramdb.stores.base import HistoryEvent, MemoryRow, NewMemory, RestorePlan
 
 __all__ = [
     "add_event",

@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engramdb.core.records import LINK_KINDS
+from engramdb.core.records import LINK_KINDS, EntityRef, HistoryEvent, Scope, visible_scope
 from engramdb.errors import ImportFormatError
-from engramdb.stores.base import EntityRef, HistoryEvent, Scope, visible_scope
 
 __all__ = ["ImportedMemory", "clash_error", "imported", "repeat_error"]
 

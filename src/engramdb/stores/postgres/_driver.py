@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar
 import psycopg
 import psycopg.errors as pg_errors
 
-from engramdb._engine import run_async, run_sync
+from engramdb.core.drive import run_async, run_sync
 from engramdb.errors import EmbedderMismatchError, StoreError, ValidationError
 from engramdb.stores.kernel.rebind import REEMBED_HINT
 from engramdb.stores.postgres._sql import _Q, REBIND, WRITE_RETRIES, Tx
