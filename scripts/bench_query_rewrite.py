@@ -2,7 +2,7 @@ r"""LoCoMo retrieval with and without query rewriting (``retrieval.query_rewrite
 
 Needs an OpenAI-compatible LLM server (e.g. llama-server with the CI's local
 model on 127.0.0.1:8091) and the LoCoMo dev file. Every LLM reply is kept in
-the benchmarks' reply cache (``engramdb.bench._llm.CachedLLM`` under
+the benchmarks' reply cache (``engramdb_bench._llm.CachedLLM`` under
 ``--llm-cache``, keyed by the request), so a rerun, or another variant of the
 lever's settings, costs no LLM time; the latency reported for a cached reply is
 the one measured when it was first asked.
@@ -33,9 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from engramdb.bench._llm import CachedLLM
-from engramdb.bench._locomo import data_path
-from engramdb.bench.locomo_retrieval import (
+from engramdb.embedders import make_embedder
+from engramdb.llms import make_llm
+from engramdb.memory import Memory
+from engramdb.search import FusionConfig
+from engramdb_bench._llm import CachedLLM
+from engramdb_bench._locomo import data_path
+from engramdb_bench.locomo_retrieval import (
     CATEGORIES,
     _QueryVectors,
     default_cache_dir,
@@ -44,10 +48,6 @@ from engramdb.bench.locomo_retrieval import (
     load,
     score_ranking,
 )
-from engramdb.embedders import make_embedder
-from engramdb.llms import make_llm
-from engramdb.memory import Memory
-from engramdb.search import FusionConfig
 
 FIGS = ("any@10", "all@10", "ndcg@10")
 

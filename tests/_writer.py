@@ -5,7 +5,7 @@ Run as ``python tests/_writer.py DB MODE SEED COUNT`` (DB: a SQLite path or a JS
 real local model, cached by a text's stem so that the process spends its time
 in the write path (where the crash test wants its kills to land) rather than
 in the model. The embedder and the crash rounds are those of ``engram bench
-torture``'s writers (:mod:`engramdb.bench._torture_writer`).
+torture``'s writers (:mod:`engramdb_bench._torture_writer`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from engramdb import Memory
-from engramdb.bench._torture_writer import STEMS, StemVectors, crash_step, store_kwargs
+from engramdb_bench._torture_writer import STEMS, StemVectors, crash_step, store_kwargs
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Real servers on free 127.0.0.1 ports, for tests.
 
-:func:`live` is :mod:`engramdb.bench._serving`'s uvicorn server in a
+:func:`live` is :mod:`engramdb_bench._serving`'s uvicorn server in a
 background thread, shared with the benchmarks; :func:`engram_serve` starts
 the ``engram serve`` command itself in a subprocess.
 """
@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 
 from engramdb import AsyncMemory, Memory
-from engramdb.bench._serving import LiveServer, free_port, live
 from engramdb.server import KeyStore, create_app
+from engramdb_bench._serving import LiveServer, free_port, live
 
 __all__ = ["LiveServer", "Stack", "engram_serve", "live", "server_stack"]
 

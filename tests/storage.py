@@ -7,9 +7,9 @@ from typing import Any
 
 import psycopg
 
-from engramdb.bench._probes import storage_hits, variants
 from engramdb.stores.postgres import PostgresStore
 from engramdb.stores.sqlite import SQLiteStore
+from engramdb_bench._probes import storage_hits, variants
 
 __all__ = ["holds_any", "holds_text", "raw_count", "variants"]
 
@@ -43,7 +43,7 @@ def holds_any(store: Any, needles: list[str]) -> list[str]:
     """Where the store still holds any of ``needles``; empty when nowhere.
 
     Pass :func:`variants` of a secret to look for every case variant, token
-    and lemma of it (see engramdb.bench._probes.storage_hits).
+    and lemma of it (see engramdb_bench._probes.storage_hits).
     """
     hits = storage_hits(store, needles)
     # A note (pageinspect missing) is not a finding, but the tests need the check.

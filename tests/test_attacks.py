@@ -1,7 +1,7 @@
 """Tenant isolation with the LLM in the loop (issue 9), over a real REST server.
 
 The LLM is the OpenAI-wire test server answered by
-:class:`~engramdb.bench._attacks.AdversarialLLM`: its replies name every
+:class:`~engramdb_bench._attacks.AdversarialLLM`: its replies name every
 memory id the prompt showed, plus ids it did not show, in links and in
 consolidation operations. A key bound to ``{user_id: alice, agent_id: coach}``
 sees memories whose user is alice *and* whose agent is coach (primary or
@@ -18,7 +18,7 @@ for each path the LLM opens:
     of the same visible scope still attaches to it;
 and links proposed by the LLM, ``expand_links`` and ``timeline`` never lead
 out of the visible scope. The last test runs the whole attack suite
-(``engramdb.bench._attacks.run_attack_suite``: both extraction modes, REST and
+(``engramdb_bench._attacks.run_attack_suite``: both extraction modes, REST and
 MCP, several attackers) and asserts that it finds no leak.
 """
 
@@ -34,16 +34,16 @@ import httpx
 import pytest
 
 from engramdb import AsyncMemory, Memory
-from engramdb.bench._attacks import (
+from engramdb.embedders import LocalEmbedder
+from engramdb.server import create_app
+from engramdb.server.keys import KeyStore
+from engramdb_bench._attacks import (
     AdversarialLLM,
     context_blocks,
     run_attack_suite,
     serve_app,
 )
-from engramdb.bench._wire import RecordedRequest, WireServer
-from engramdb.embedders import LocalEmbedder
-from engramdb.server import create_app
-from engramdb.server.keys import KeyStore
+from engramdb_bench._wire import RecordedRequest, WireServer
 
 # -- the lab: one REST server per extraction mode, with the adversarial LLM ---------------------
 

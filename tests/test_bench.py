@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from engramdb import Memory
-from engramdb.bench import perf
+from engramdb_bench import perf
 
 _DATA = perf.default_data_path()  # $ENGRAM_LOCOMO (tests/conftest.py sets it when it can)
 pytestmark = pytest.mark.skipif(
@@ -64,7 +64,7 @@ def test_json_written_and_equal_to_the_result(report: tuple[dict[str, Any], Path
 
 def test_header_and_data(report: tuple[dict[str, Any], Path]) -> None:
     result, _ = report
-    assert result["benchmark"] == "engramdb.bench.perf"
+    assert result["benchmark"] == "engramdb_bench.perf"
     assert result["quick"] is True
     assert result["top_k"] == perf.TOP_K
     assert result["machine"]["cpus"] >= 1

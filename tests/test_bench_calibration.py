@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from engramdb.bench import calibration
-from engramdb.bench._locomo import default_data_path
 from engramdb.embedders import LocalEmbedder
 from engramdb.search import ScoreCalibration
+from engramdb_bench import calibration
+from engramdb_bench._locomo import default_data_path
 
 _DATA = default_data_path()
 

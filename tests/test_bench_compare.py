@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from engramdb.bench import _peer_engram, _peer_measure, _peer_mem0, compare
 from engramdb.cli import app
+from engramdb_bench import _peer_engram, _peer_measure, _peer_mem0, compare
 from peers import MEM0_BENCH_PYTHON, needs_mem0_bench_python
 
 _ROUNDS = 2

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from engramdb.bench import _embed_worker, embedders
-from engramdb.bench._locomo import default_data_path
 from engramdb.cli import app
+from engramdb_bench import _embed_worker, embedders
+from engramdb_bench._locomo import default_data_path
 from peers import MEM0_BENCH_PYTHON, needs_mem0_bench_python
 
 _DATA = default_data_path()

@@ -15,11 +15,11 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from engramdb.bench import extraction
-from engramdb.bench._locomo import load_conversations
 from engramdb.cli import app
 from engramdb.embedders import LocalEmbedder
 from engramdb.llms import ScriptedLLM
+from engramdb_bench import extraction
+from engramdb_bench._locomo import load_conversations
 from test_bench_qa import DATA  # the made-up LoCoMo-format conversations
 
 _NEW = re.compile(r"<new_messages>(.*?)</new_messages>", re.S)

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from engramdb.bench import knowledge_update as ku
 from engramdb.cli import app
 from engramdb.embedders import LocalEmbedder
 from engramdb.extract import AdditiveContext, ChatMessage, KnownMemory
 from engramdb.extract.prompting import build_additive_prompt
 from engramdb.llms import ScriptedLLM
+from engramdb_bench import knowledge_update as ku
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "knowledge_updates.json"

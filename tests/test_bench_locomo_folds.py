@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from engramdb.bench import locomo_folds as folds
-from engramdb.bench.locomo_folds import Candidate, Scored
 from engramdb.embedders import LocalEmbedder
 from engramdb.search import FusionConfig
+from engramdb_bench import locomo_folds as folds
+from engramdb_bench.locomo_folds import Candidate, Scored
 from test_retrieval import _tiny_locomo
 
 
@@ -246,7 +246,7 @@ def test_run_end_to_end(tiny_three: Path, tmp_path: Path, embedder: LocalEmbedde
     # The ingest is cached and shared with locomo-retrieval's --reuse.
     again = folds.run(tiny_three, grid=GRID, reuse=True, cache_dir=cache, embedder=embedder)
     assert again["ingest"]["reused"] and again["folds"] == report["folds"]
-    from engramdb.bench import locomo_retrieval
+    from engramdb_bench import locomo_retrieval
 
     single = locomo_retrieval.run(tiny_three, reuse=True, cache_dir=cache, embedder=embedder)
     assert single["ingest"]["reused"]

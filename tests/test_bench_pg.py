@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engramdb.bench import perf_pg
+from engramdb_bench import perf_pg
 from pg import PgServer
 
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from engramdb.bench import pipeline
-from engramdb.bench._locomo import load_conversations, parse_session_date
 from engramdb.cli import app
 from engramdb.embedders import LocalEmbedder
+from engramdb_bench import pipeline
+from engramdb_bench._locomo import load_conversations, parse_session_date
 
 
 def _turn(speaker: str, n: int, i: int, text: str) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def test_run_reports_every_figure(tmp_path: Path, data_file: Path, embedder: Loc
         embedder=embedder,
         echo=None,
     )
-    assert json.loads(out.read_text(encoding="utf-8"))["benchmark"] == "engramdb.bench.pipeline"
+    assert json.loads(out.read_text(encoding="utf-8"))["benchmark"] == "engramdb_bench.pipeline"
     per_add = {(r["mode"], r["llm"]): r for r in report["per_add"]}
     assert set(per_add) == {(m, k) for m in pipeline.MODES for k in pipeline.LLM_KINDS}
     for (mode, _kind), r in per_add.items():

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from engramdb.bench import locomo_qa
-from engramdb.bench.qa_metrics import bleu1, normalize_answer, token_f1
 from engramdb.cli import app
 from engramdb.embedders import LocalEmbedder
 from engramdb.llms import ScriptedLLM
+from engramdb_bench import locomo_qa
+from engramdb_bench.qa_metrics import bleu1, normalize_answer, token_f1
 
 TURNS = {
     # text -> the fact the scripted extractor writes for it
@@ -375,7 +375,7 @@ def test_cli_runs_against_a_configured_llm(
 
 
 def test_first_sessions_keeps_the_questions_they_answer() -> None:
-    from engramdb.bench._locomo import QA, Conversation, Session
+    from engramdb_bench._locomo import QA, Conversation, Session
 
     conv = Conversation(
         "c",

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from engramdb.bench import torture
+from engramdb_bench import torture
 
 SMOKE_PARTS = "kills,writers-sqlite,writers-pg,corpus,fuzz"
 
@@ -49,7 +49,7 @@ def test_tiny_run_reports_every_part_and_holds(tmp_path: Path) -> None:
         "--kills", "5", "--writers", "2", "--adds", "20", "--fuzz-examples", "2",
         "--parts", SMOKE_PARTS, "--json",
     )  # fmt: skip
-    assert report["benchmark"] == "engramdb.bench.torture"
+    assert report["benchmark"] == "engramdb_bench.torture"
     assert report["sizes"] == {
         "kills": 5, "writers": 2, "adds": 20, "fuzz_examples": 2, "seed": 0,
     }  # fmt: skip
@@ -111,8 +111,8 @@ def test_parts_written_elsewhere_are_reported_missing_when_absent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # None in sys.modules makes the import fail as if the module were not installed.
-    monkeypatch.setitem(sys.modules, "engramdb.bench._attacks", None)
-    monkeypatch.setitem(sys.modules, "engramdb.bench._probes", None)
+    monkeypatch.setitem(sys.modules, "engramdb_bench._attacks", None)
+    monkeypatch.setitem(sys.modules, "engramdb_bench._probes", None)
     report = torture.run(parts=["attacks", "purge"], workdir=tmp_path, progress=False)
     for name in ("attacks", "purge"):
         assert report["parts"][name]["status"] == "missing"

@@ -308,3 +308,54 @@ def test_top_level_options(args: list[str]) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0
     assert "engram" in result.stdout
+
+
+def _bench_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``engramdb_bench`` unimportable, as where engramdb-bench is not installed."""
+    for name in [m for m in sys.modules if m.partition(".")[0] == "engramdb_bench"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "engramdb_bench", None)  # import → ModuleNotFoundError
+
+
+def test_bench_without_the_benchmarks_says_how_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engramdb.cli.bench import NOT_INSTALLED
+
+    _bench_missing(monkeypatch)
+    data = tmp_path / "locomo.json"
+    data.write_text("[]", encoding="utf-8")
+    group = get_command(app).commands["bench"]  # type: ignore[attr-defined]
+    assert isinstance(group, TyperGroup)
+    for name, command in group.commands.items():
+        takes_data = any("--data" in p.opts for p in command.params)
+        result = runner.invoke(app, ["bench", name, *(["--data", str(data)] if takes_data else [])])
+        assert_fails(result, NOT_INSTALLED)
+        assert "pip install -e benchmarks/" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        # What the commands take still shows without them.
+        assert runner.invoke(app, ["bench", name, "--help"]).exit_code == 0
+    # --data missing too: the install message, not the benchmarks' own.
+    monkeypatch.delenv("ENGRAM_LOCOMO", raising=False)
+    assert_fails(runner.invoke(app, ["bench", "calibration"]), NOT_INSTALLED)
+
+
+def test_engram_imports_no_benchmark_code() -> None:
+    from engramdb.cli.bench import LOCOMO_ENV
+    from engramdb_bench._locomo import ENV_VAR
+
+    assert LOCOMO_ENV == ENV_VAR
+    # Neither the library nor the command loads the benchmarks until one is run.
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, engramdb, engramdb.cli; "
+            "print(sorted(m for m in sys.modules if m.startswith('engramdb_bench')))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "[]"

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from engramdb import AsyncMemory, ExtractionError, Memory
-from engramdb.bench._probes import run_purge_probes
 from engramdb.embedders import LocalEmbedder
 from engramdb.errors import ConflictError
 from engramdb.llms.scripted import ScriptedLLM
 from engramdb.stores.base import NewMemory, NewMessage, Scope
 from engramdb.stores.sqlite import SQLiteStore
+from engramdb_bench._probes import run_purge_probes
 from storage import holds_any, raw_count, variants
 
 SECRET = "QX7781923"

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engramdb.bench import _hostile as corpus
 from engramdb.errors import EngramError, LLMError, LLMResponseError, ReplyFormatError
 from engramdb.extract import (
     ADDITIVE_SCHEMA,
@@ -41,6 +40,7 @@ from engramdb.extract import (
     vision_prompt,
 )
 from engramdb.extract.prompting import PROMPT_FILES
+from engramdb_bench import _hostile as corpus
 
 A, B, C, FOREIGN = corpus.A, corpus.B, corpus.C, corpus.FOREIGN
 

@@ -36,7 +36,6 @@ import pytest
 from typer.testing import CliRunner
 
 from engramdb import Memory
-from engramdb.bench._wire import RecordedRequest, Reply, WireServer
 from engramdb.cli import app
 from engramdb.embedders import LocalEmbedder, OpenAIEmbedder
 from engramdb.errors import EngramError, ImportFormatError
@@ -48,6 +47,7 @@ from engramdb.importers.mem0 import (
     read_flat_index,
 )
 from engramdb.search import document_text
+from engramdb_bench._wire import RecordedRequest, Reply, WireServer
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITER = ROOT / "tests" / "mem0_writer.py"

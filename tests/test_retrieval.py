@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from engramdb import Memory
-from engramdb.bench import locomo_retrieval as bench
 from engramdb.embedders import LocalEmbedder
 from engramdb.llms import ScriptedLLM
 from engramdb.rerank import parse_rerank
@@ -29,6 +28,7 @@ from engramdb.search import (
     plan_query,
 )
 from engramdb.stores.base import Candidate, Scope
+from engramdb_bench import locomo_retrieval as bench
 
 
 def open_mem(path: Path, embedder: LocalEmbedder, **retrieval: Any) -> Memory:

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from engramdb.bench.locomo_folds import parse_grid
 from engramdb.core.filters import parse_filters
 from engramdb.core.records import MemoryRow
 from engramdb.embedders import LocalEmbedder
@@ -37,6 +36,7 @@ from engramdb.nlp.querytime import asks_when, mentions_time, query_periods
 from engramdb.rewrite import build_rewrite_prompt, looks_multipart, merge_hits, parse_rewrite
 from engramdb.search import DENSE_ONLY, HYBRID_RRF, KEYWORD_ONLY, FusionConfig, Hit
 from engramdb.stores.base import Scope
+from engramdb_bench.locomo_folds import parse_grid
 
 OFF: dict[str, Any] = {"neighbour_hits": 0}
 

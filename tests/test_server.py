@@ -770,7 +770,7 @@ def test_engram_serve_command(tmp_path: Path) -> None:
 
 
 def test_bench_serve_reports_every_level(tmp_path: Path) -> None:
-    from engramdb.bench import serve as bench
+    from engramdb_bench import serve as bench
 
     result = bench.run(requests=6, concurrency=(1, 3), seed=8, out=tmp_path / "serve.json")
     assert json.loads((tmp_path / "serve.json").read_text()) == result
@@ -783,7 +783,7 @@ def test_bench_serve_reports_every_level(tmp_path: Path) -> None:
 
 def test_bench_serve_hands_the_config_file_to_the_server(tmp_path: Path) -> None:
     """`engram --config F bench serve` measures the server F configures (e.g. another embedder)."""
-    from engramdb.bench import serve as bench
+    from engramdb_bench import serve as bench
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"embedder": {"provider": "no-such-embedder"}}))

@@ -410,8 +410,8 @@ def test_a_long_add_shows_more_related_memories(tmp_path: Path, embedder: LocalE
     benchmark's scripted mode measures the share), so the related budget grows with
     the add: ``max(related_memories, min(related_per_message * n, 60))``.
     """
-    from engramdb.bench.knowledge_update import shown_memories
     from engramdb.llms import ScriptedLLM
+    from engramdb_bench.knowledge_update import shown_memories
 
     topics = ["tennis", "Porto", "a beagle", "kombucha", "a Fiat 500", "Finnish", "knitting"]
     seen: list[int] = []

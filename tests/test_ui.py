@@ -25,11 +25,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from engramdb import Memory
-from engramdb.bench._serving import free_port
 from engramdb.embedders import LocalEmbedder
 from engramdb.llms import ScriptedLLM
 from engramdb.server import KeyStore, create_app
 from engramdb.server.ui import build_filter, metadata_diff, word_diff
+from engramdb_bench._serving import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_IMG = ROOT / "docs" / "img"

@@ -1,9 +1,9 @@
-"""The hostile-reply corpus now lives in the package: ``engramdb.bench._hostile``.
+"""The hostile-reply corpus now lives in the package: ``engramdb_bench._hostile``.
 
 Kept here for tests that still load this file by path; it only re-exports.
 """
 
-from engramdb.bench._hostile import (  # noqa: F401
+from engramdb_bench._hostile import (  # noqa: F401
     CASES,
     FOREIGN,
     GOOD,

@@ -1,14 +1,21 @@
-"""``engram bench``: every benchmark, each a thin face over an ``engramdb.bench`` module."""
+"""``engram bench``: every benchmark, each a thin face over an ``engramdb_bench`` module.
+
+The benchmarks are a distribution of their own, ``engramdb-bench`` (``benchmarks/``
+in the repository), not part of the engramdb wheel. Their commands stay here, so
+``engram bench --help`` lists them, and import their module only when run: without
+``engramdb-bench`` installed every one says how to install it and exits with 1.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from engramdb.bench._locomo import ENV_VAR, MISSING_DATA
 from engramdb.cli._app import (
     JsonOut,
     _expected_errors,
@@ -22,13 +29,38 @@ from engramdb.cli._app import (
 )
 from engramdb.cli.serve import Engine, _server
 
+LOCOMO_ENV = "ENGRAM_LOCOMO"
+"""The variable naming the LoCoMo file (``engramdb_bench._locomo.ENV_VAR``; a test checks)."""
+
+NOT_INSTALLED = (
+    "the benchmarks are not installed: they are the engramdb-bench distribution; "
+    "from a checkout of engramdb: pip install -e benchmarks/"
+)
+"""What every ``engram bench`` command says when ``engramdb-bench`` cannot be imported."""
+
+
+@contextmanager
+def _benchmarks() -> Iterator[None]:
+    """Around an ``engramdb_bench`` import: without it installed, exit 1 saying how to install it.
+
+    Only the distribution itself missing is caught: a module of it failing to
+    import (a missing dependency of one benchmark) still raises as it is.
+    """
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if exc.name != "engramdb_bench":
+            raise
+        _fail(NOT_INSTALLED)
+
+
 # LoCoMo is CC BY-NC 4.0: never in the package, always named by the user.
 _DATA_HELP = "A LoCoMo-format JSON file, e.g. locomo10.json (CC BY-NC 4.0: not shipped)."
 LocomoFile = Annotated[
     Path | None,
     typer.Option(
         "--data",
-        envvar=ENV_VAR,
+        envvar=LOCOMO_ENV,
         metavar="FILE",
         help=_DATA_HELP,
         exists=True,
@@ -39,7 +71,7 @@ LocomoFile = Annotated[
 """``--data``, else ``$ENGRAM_LOCOMO``: an existing file, checked as the options are read."""
 LocomoPath = Annotated[
     Path | None,
-    typer.Option("--data", envvar=ENV_VAR, metavar="FILE", help=_DATA_HELP, dir_okay=False),
+    typer.Option("--data", envvar=LOCOMO_ENV, metavar="FILE", help=_DATA_HELP, dir_okay=False),
 ]
 """``--data``, else ``$ENGRAM_LOCOMO``: the benchmark reports a missing file itself."""
 
@@ -63,13 +95,20 @@ LlmConfigFile = Annotated[
 def _locomo(data: Path | None) -> Path:
     """The file ``--data`` or ``$ENGRAM_LOCOMO`` names; with neither, a usage error (exit 2)."""
     if data is None:
+        with _benchmarks():
+            from engramdb_bench._locomo import MISSING_DATA
+
         _fail(MISSING_DATA, code=2)
     return data
 
 
 bench_app = typer.Typer(
     name="bench",
-    help="Benchmarks: run one, print its figures, write JSON.",
+    help=(
+        "Benchmarks: run one, print its figures, write JSON.\n\n"
+        "They are the engramdb-bench distribution, not part of engramdb: from a checkout, "
+        "pip install -e benchmarks/."
+    ),
     no_args_is_help=True,
 )
 app.add_typer(bench_app, name="bench")
@@ -99,7 +138,8 @@ def bench_serve(
 ) -> None:
     """Requests/s and p50/p95 latency of search and add(infer=False) at 1, 8, 32 clients."""
     _server()
-    from engramdb.bench import serve as bench
+    with _benchmarks():
+        from engramdb_bench import serve as bench
 
     try:
         levels = tuple(int(c) for c in concurrency.split(","))
@@ -158,7 +198,7 @@ def bench_locomo_retrieval(
             metavar="FILE",
             help=(
                 "Where to write the PNG of recall@k per method (default: "
-                "locomo-retrieval-KIND.png here); needs matplotlib (the 'bench' extra)."
+                "locomo-retrieval-KIND.png here); needs matplotlib (engramdb-bench installs it)."
             ),
             dir_okay=False,
         ),
@@ -198,7 +238,8 @@ def bench_locomo_retrieval(
     ] = False,
 ) -> None:
     """LoCoMo retrieval: any@k / all@k / NDCG@10 per category for hybrid, dense and BM25."""
-    from engramdb.bench import locomo_retrieval as bench
+    with _benchmarks():
+        from engramdb_bench import locomo_retrieval as bench
 
     if keys not in ("turns", "facts", "facts-only"):
         raise typer.BadParameter("must be 'turns', 'facts' or 'facts-only'", param_hint="--keys")
@@ -213,7 +254,7 @@ def bench_locomo_retrieval(
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        _note("matplotlib is not installed (pip install 'engramdb[bench]'): no plot")
+        _note("matplotlib is not installed (engramdb-bench needs it): no plot")
         plot = None
     _locomo_report(
         lambda: bench.run(
@@ -321,7 +362,8 @@ def bench_locomo_folds(
     Each fold picks the best grid candidate on the other conversations and
     reports the held-out one; the headline is the mean and spread across folds.
     """
-    from engramdb.bench import locomo_folds as bench
+    with _benchmarks():
+        from engramdb_bench import locomo_folds as bench
 
     if keys not in ("turns", "facts", "facts-only"):
         raise typer.BadParameter("must be 'turns', 'facts' or 'facts-only'", param_hint="--keys")
@@ -385,7 +427,8 @@ def bench_calibration(
     json_out: JsonOut = False,
 ) -> None:
     """What a search score means: exact repeats ~ 1, unrelated hits ~ 0, per held-out fold."""
-    from engramdb.bench import calibration as bench
+    with _benchmarks():
+        from engramdb_bench import calibration as bench
 
     data = _locomo(data)
     out = out or Path("calibration.json")
@@ -430,14 +473,16 @@ def bench_perf(
     with _expected_errors():
         try:
             if store is not None:
-                from engramdb.bench import perf_pg
+                with _benchmarks():
+                    from engramdb_bench import perf_pg
 
                 report = perf_pg.run(store, sizes=levels, data=data, echo=echo)
                 echo(perf_pg.format_report(report))
                 if out is not None:
                     out.write_text(json.dumps(report, indent=2, default=str))
             else:
-                from engramdb.bench import perf
+                with _benchmarks():
+                    from engramdb_bench import perf
 
                 report = perf.run(None if quick else levels, out, quick, data=data, echo=echo)
         except (FileNotFoundError, ValueError) as exc:
@@ -470,7 +515,8 @@ def bench_pipeline(
     json_out: JsonOut = False,
 ) -> None:
     """Per-add LLM calls, tokens and time split (LLM/embed/own) with a zero-latency LLM."""
-    from engramdb.bench import pipeline as bench
+    with _benchmarks():
+        from engramdb_bench import pipeline as bench
 
     try:
         levels = [int(c) for c in concurrency.split(",") if c.strip()]
@@ -528,7 +574,8 @@ def bench_extraction(
     json_out: JsonOut = False,
 ) -> None:
     """What add(infer=True) keeps of LoCoMo sessions: fact recall, self-containedness, cost."""
-    from engramdb.bench import extraction as bench
+    with _benchmarks():
+        from engramdb_bench import extraction as bench
 
     if roles not in bench.ROLE_MAPS:
         raise typer.BadParameter("must be 'people' or 'locomo-qa'", param_hint="--roles")
@@ -607,7 +654,8 @@ def bench_locomo_qa(
     json_out: JsonOut = False,
 ) -> None:
     """LoCoMo QA end to end: ingest, answer from memories, judge (J), F1, BLEU-1 per category."""
-    from engramdb.bench import locomo_qa as bench
+    with _benchmarks():
+        from engramdb_bench import locomo_qa as bench
 
     if keys not in ("turns", "facts"):
         raise typer.BadParameter("must be 'turns' or 'facts'", param_hint="--keys")
@@ -682,7 +730,8 @@ def bench_torture(
     json_out: JsonOut = False,
 ) -> None:
     """Crash, concurrency, hostile-LLM, fuzzing, tenancy and purge figures; exit 1 if any fails."""
-    from engramdb.bench import torture as bench
+    with _benchmarks():
+        from engramdb_bench import torture as bench
 
     chosen = [p.strip() for p in parts.split(",") if p.strip()] if parts else None
     try:
@@ -720,7 +769,8 @@ def bench_ui(
     json_out: JsonOut = False,
 ) -> None:
     """The web UI's page times (p50/p95, server side) over a scope of N memories; target 300 ms."""
-    from engramdb.bench import ui as bench
+    with _benchmarks():
+        from engramdb_bench import ui as bench
 
     echo = _note if json_out else _say
     try:
@@ -808,7 +858,8 @@ def bench_knowledge_update(
     json_out: JsonOut = False,
 ) -> None:
     """What holds now, what held then: current-fact P@1, as-of, previous-value R@5 per kind."""
-    from engramdb.bench import knowledge_update as bench
+    with _benchmarks():
+        from engramdb_bench import knowledge_update as bench
 
     if mode not in (*bench.ALL_MODES, "all"):
         raise typer.BadParameter(
@@ -891,7 +942,8 @@ def bench_compare(
     ] = False,
 ) -> None:
     """Side by side with mem0 on the same LoCoMo turns: add ms, search p50/p95, RSS, ratios."""
-    from engramdb.bench import compare as bench
+    with _benchmarks():
+        from engramdb_bench import compare as bench
 
     data = _locomo(data)
     with _expected_errors():
@@ -968,7 +1020,8 @@ def bench_embedders(
     json_out: JsonOut = False,
 ) -> None:
     """Embedding engines side by side: load s, RSS, ms/text, texts/s, query p50/p95, probe."""
-    from engramdb.bench import embedders as bench
+    with _benchmarks():
+        from engramdb_bench import embedders as bench
 
     data = _locomo(data)
     out = out or Path("embedders.json")

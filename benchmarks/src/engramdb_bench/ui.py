@@ -42,9 +42,9 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
-from engramdb.bench._machine import machine, machine_line
 from engramdb.memory import AsyncMemory
 from engramdb.server import KeyStore, create_app
+from engramdb_bench._machine import machine, machine_line
 
 __all__ = ["TARGET_MS", "HashEmbedder", "format_report", "run"]
 

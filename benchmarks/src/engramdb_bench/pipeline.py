@@ -2,7 +2,7 @@
 
 Run::
 
-    python -m engramdb.bench.pipeline [--adds 120] [--out FILE.json] [--quick] [--profile]
+    python -m engramdb_bench.pipeline [--adds 120] [--out FILE.json] [--quick] [--profile]
     engram bench pipeline ...
 
 or call :func:`run`. It prints tables and returns (and optionally writes) one
@@ -13,7 +13,7 @@ or missed.
 LLM answers instantly, so what is left is engramdb's own cost. Two such LLMs:
 
 - ``wire``: a real HTTP server on 127.0.0.1 speaking the OpenAI wire format
-  (:mod:`engramdb.bench._wire`), reached through the real
+  (:mod:`engramdb_bench._wire`), reached through the real
   ``OpenAICompatibleLLM`` (httpx, JSON encoding, response parsing). Its
   ``usage`` is made up as characters/4 of the messages sent and of the reply.
 - ``scripted``: the in-process :class:`~engramdb.llms.ScriptedLLM` (no
@@ -75,18 +75,18 @@ from pathlib import Path
 from typing import Any
 
 from engramdb._engine import Complete, Effect, EmbedDocuments, EmbedQuery, StoreCall
-from engramdb.bench._locomo import (
+from engramdb.embedders import Embedder, LocalEmbedder
+from engramdb.llms import OpenAICompatibleLLM, ScriptedLLM, make_llm
+from engramdb.memory import AsyncMemory, Memory
+from engramdb_bench._locomo import (
     MISSING_DATA,
     Conversation,
     Turn,
     default_data_path,
     load_conversations,
 )
-from engramdb.bench._locomo import data_path as resolve_data_path
-from engramdb.bench._wire import RecordedRequest, Reply, WireServer
-from engramdb.embedders import Embedder, LocalEmbedder
-from engramdb.llms import OpenAICompatibleLLM, ScriptedLLM, make_llm
-from engramdb.memory import AsyncMemory, Memory
+from engramdb_bench._locomo import data_path as resolve_data_path
+from engramdb_bench._wire import RecordedRequest, Reply, WireServer
 
 __all__ = ["TARGET_OWN_MS", "format_report", "main", "run"]
 
@@ -551,7 +551,7 @@ def run(
 
     Raises:
         FileNotFoundError: the LoCoMo file is missing, or neither ``data`` nor
-            ``$ENGRAM_LOCOMO`` names one (:class:`~engramdb.bench._locomo.MissingDataError`).
+            ``$ENGRAM_LOCOMO`` names one (:class:`~engramdb_bench._locomo.MissingDataError`).
         ValueError: a bad size, mode or LLM kind.
     """
     say: Echo = echo if echo is not None else (lambda _line: None)
@@ -610,7 +610,7 @@ def run(
     met = {r["mode"]: r["own_ms"]["p50"] <= TARGET_OWN_MS for r in wire}
     met_cpu = {r["mode"]: r["own_cpu_ms"]["p50"] <= TARGET_OWN_MS for r in wire}
     report: dict[str, Any] = {
-        "benchmark": "engramdb.bench.pipeline",
+        "benchmark": "engramdb_bench.pipeline",
         "format": 1,
         "started_at": started_at,
         "seconds": round(time.perf_counter() - wall, 1),
@@ -663,9 +663,9 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry: ``python -m engramdb.bench.pipeline``."""
+    """Command-line entry: ``python -m engramdb_bench.pipeline``."""
     parser = argparse.ArgumentParser(
-        prog="python -m engramdb.bench.pipeline",
+        prog="python -m engramdb_bench.pipeline",
         description="Measure the cost of add(infer=True) with a zero-latency LLM, and concurrency.",
     )
     parser.add_argument("--adds", type=int, default=120, help="adds per mode and LLM (120)")

@@ -2,7 +2,7 @@ r"""PostgreSQL beside SQLite: the foundation's figures on both stores, HNSW reca
 
 Run::
 
-    python -m engramdb.bench.perf_pg --store postgresql://user@host/db \\
+    python -m engramdb_bench.perf_pg --store postgresql://user@host/db \\
         [--sizes 10000,100000] [--out FILE.json] [--queries 200]
 
 or call :func:`run`. Nothing here asserts a speed; figures are printed and
@@ -11,7 +11,7 @@ returned (and written as JSON with ``--out``).
 For each size, on one SQLite file and on one PostgreSQL schema (``--schema``,
 default ``engram_bench``, dropped and recreated), through the public
 :class:`~engramdb.Memory` API with the benchmark-only
-:class:`~engramdb.bench.perf.PrecomputedEmbedder` (vectors the real local
+:class:`~engramdb_bench.perf.PrecomputedEmbedder` (vectors the real local
 model computed earlier; everything but the model runs for real):
 
 1. **add**: the fill rate (100 messages per call), and then 200 calls of one
@@ -33,7 +33,7 @@ lists (``Store.candidates``) for every QA question.
 Data: LoCoMo turns embedded once with the local model (cached as ``.npy``);
 sizes above the turn count are synthetic-from-real (noisy convex mixes of 2-3
 real turn vectors, text of the main parent plus a unique suffix), as in
-``engramdb.bench.perf``.
+``engramdb_bench.perf``.
 """
 
 from __future__ import annotations
@@ -53,13 +53,13 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from engramdb.bench._locomo import MISSING_DATA, data_path, default_data_path
-from engramdb.bench.perf import PrecomputedEmbedder, default_cache_dir
 from engramdb.core.filters import parse_filters
 from engramdb.embedders.local import LOCAL_MODEL_ID, MODEL_SHA256, LocalEmbedder
 from engramdb.memory import Memory
 from engramdb.nlp import query_terms
 from engramdb.stores.base import Scope
+from engramdb_bench._locomo import MISSING_DATA, data_path, default_data_path
+from engramdb_bench.perf import PrecomputedEmbedder, default_cache_dir
 
 __all__ = ["DEFAULT_SIZES", "main", "run"]
 
@@ -501,7 +501,7 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engramdb.bench.perf_pg --store postgresql://…``."""
+    """``python -m engramdb_bench.perf_pg --store postgresql://…``."""
     parser = argparse.ArgumentParser(prog="engram bench perf --store", description=__doc__)
     parser.add_argument("--store", required=True, help="postgresql:// URL of the server to measure")
     parser.add_argument("--sizes", help="comma-separated scope sizes (default 10000,100000)")

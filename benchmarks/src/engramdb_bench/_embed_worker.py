@@ -1,6 +1,6 @@
 """One engine of ``engram bench embedders``: ``python _embed_worker.py ENGINE W.json OUT.json``.
 
-Run as its own process by the driver (:mod:`engramdb.bench.embedders`), once
+Run as its own process by the driver (:mod:`engramdb_bench.embedders`), once
 per engine and round. It imports only the standard library and numpy at
 module level, because one of its engines runs in a foreign python where
 engramdb is not installed; the engine's own modules are imported inside

@@ -5,7 +5,7 @@ Run::
     engram bench locomo-retrieval --data locomo-dev.json [--keys turns|facts|facts-only]
         [--out FILE.json] [--plot FILE.png] [--reuse]
 
-or ``python -m engramdb.bench.locomo_retrieval`` with the same options, or
+or ``python -m engramdb_bench.locomo_retrieval`` with the same options, or
 call :func:`run`.
 
 What it does, per conversation (one ``user_id`` per conversation, one
@@ -62,7 +62,6 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from engramdb import __version__
-from engramdb.bench._locomo import MISSING_DATA, data_path, default_data_path
 from engramdb.config import default_home
 from engramdb.embedders import Embedder, make_embedder
 from engramdb.embedders.base import Vector, Vectors
@@ -71,6 +70,7 @@ from engramdb.memory import Memory
 from engramdb.nlp import TERMS_VERSION, query_terms
 from engramdb.search import FusionConfig
 from engramdb.stores.base import Scope
+from engramdb_bench._locomo import MISSING_DATA, data_path, default_data_path
 
 __all__ = [
     "CATEGORIES",
@@ -517,7 +517,7 @@ def run(
     """Run the benchmark; returns the report (and writes ``out`` / ``plot`` if given).
 
     ``data`` is the LoCoMo file, default ``$ENGRAM_LOCOMO``
-    (:class:`~engramdb.bench._locomo.MissingDataError` if neither names one);
+    (:class:`~engramdb_bench._locomo.MissingDataError` if neither names one);
     ``retrieval`` overrides the fusion settings (default: the library's);
     ``embedder`` replaces the local model (tests); ``details`` adds every
     question's top-10 dialogue ids per method.
@@ -639,14 +639,14 @@ def run(
 
 
 def plot_recall(report: dict[str, Any], path: str | Path) -> None:
-    """Write a PNG of any@k and all@k per method (needs matplotlib: the ``bench`` extra)."""
+    """Write a PNG of any@k and all@k per method (needs matplotlib: engramdb-bench has it)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise RuntimeError("the plot needs matplotlib: pip install 'engramdb[bench]'") from exc
+        raise RuntimeError("the plot needs matplotlib: pip install 'matplotlib>=3.8,<4'") from exc
     ks = report["ks"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, metric in zip(axes, ("any", "all"), strict=True):
@@ -701,9 +701,9 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engramdb.bench.locomo_retrieval``."""
+    """``python -m engramdb_bench.locomo_retrieval``."""
     parser = argparse.ArgumentParser(
-        prog="python -m engramdb.bench.locomo_retrieval", description=__doc__.split("\n")[0]
+        prog="python -m engramdb_bench.locomo_retrieval", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--data", type=Path, help="LoCoMo-format JSON file (default: $ENGRAM_LOCOMO)"

@@ -1,6 +1,6 @@
-"""The writer processes of ``engram bench torture`` (``python -m engramdb.bench._torture_writer``).
+"""The writer processes of ``engram bench torture`` (``python -m engramdb_bench._torture_writer``).
 
-Two modes, both started by :mod:`engramdb.bench.torture`:
+Two modes, both started by :mod:`engramdb_bench.torture`:
 
 ``crash STORE VECTORS SEED``
     Writes until killed: batches of verbatim adds (some repeating an earlier

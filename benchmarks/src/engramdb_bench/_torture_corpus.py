@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from engramdb.bench._progress import Progress, quiet
+from engramdb_bench._progress import Progress, quiet
 
 
 def all_memories(m: Any, user_id: str) -> list[dict[str, Any]]:
@@ -82,7 +82,7 @@ def _translate_ids(reply: str, translate: dict[str, str]) -> str:
 
 def _corpus_handler(case: Any, known: dict[str, str], note: dict[str, Any]) -> Any:
     """The wire server's answers for one case: the hostile reply where the case's kind is asked."""
-    from engramdb.bench._wire import RecordedRequest
+    from engramdb_bench._wire import RecordedRequest
 
     corpus_order = list(known.values())  # small id i of the corpus is the i-th known text
 
@@ -186,7 +186,7 @@ def _judge_case(
                 if have != {seeded[x] for x in want_links}:
                     problems.append(f"links of {r['memory']!r}: {sorted(have)}")
     everything = json.dumps(all_memories(m, user))
-    from engramdb.bench._hostile import FOREIGN
+    from engramdb_bench._hostile import FOREIGN
 
     if FOREIGN in everything:
         problems.append("a foreign id reached the store")
@@ -199,9 +199,9 @@ def _judge_case(
 def part_corpus(workdir: Path, bars: Progress) -> dict[str, Any]:
     """Run every hostile reply through a real add and judge what it left."""
     from engramdb import Memory
-    from engramdb.bench import _hostile
-    from engramdb.bench._wire import WireServer
     from engramdb.llms import make_llm
+    from engramdb_bench import _hostile
+    from engramdb_bench._wire import WireServer
 
     known = {k: _hostile.KNOWN[k] for k in (_hostile.A, _hostile.B, _hostile.C)}
     embedder = _CachedEmbedder()

@@ -1,6 +1,6 @@
 """The engramdb side of ``engram bench compare``: ``python _peer_engram.py WORKLOAD.json OUT.json``.
 
-The driver (:mod:`engramdb.bench.compare`) runs it with its own python. It
+The driver (:mod:`engramdb_bench.compare`) runs it with its own python. It
 measures what ``_peer_mem0.py`` measures, the same way (both run the workload
 with ``_peer_measure.py``, loaded by path so that neither imports the package), through
 engramdb's public :class:`~engramdb.Memory`:

@@ -5,7 +5,7 @@ Run::
     engram bench knowledge-update [--data FILE] [--mode verbatim|facts|both]
         [--top-k 20] [--out FILE.json] [--details]
 
-or ``python -m engramdb.bench.knowledge_update`` with the same options, or call
+or ``python -m engramdb_bench.knowledge_update`` with the same options, or call
 :func:`run`. It needs no LLM and no network: the local embedding model only.
 
 **The data** is engramdb's own (``tests/data/knowledge_updates.json``, made by
@@ -80,14 +80,14 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from engramdb import __version__
-from engramdb.bench._llm import CachedLLM, build_llm, load_config_file
-from engramdb.bench.locomo_retrieval import _latency, _QueryVectors
 from engramdb.config import parse_config
 from engramdb.embedders import Embedder, make_embedder
 from engramdb.errors import ExtractionError
 from engramdb.llms import LLM
 from engramdb.llms.scripted import ScriptedLLM
 from engramdb.memory import Memory
+from engramdb_bench._llm import CachedLLM, build_llm, load_config_file
+from engramdb_bench.locomo_retrieval import _latency, _QueryVectors
 
 __all__ = [
     "ALL_MODES",
@@ -812,9 +812,9 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engramdb.bench.knowledge_update``."""
+    """``python -m engramdb_bench.knowledge_update``."""
     parser = argparse.ArgumentParser(
-        prog="python -m engramdb.bench.knowledge_update", description=__doc__.split("\n")[0]
+        prog="python -m engramdb_bench.knowledge_update", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--data", type=Path, help=f"data file (default: {DEFAULT_DATA})")
     parser.add_argument("--mode", choices=(*ALL_MODES, "all"), default="all")

@@ -47,11 +47,11 @@ from pathlib import Path
 from typing import Any
 
 from engramdb import Memory
-from engramdb.bench._locomo import data_path
-from engramdb.bench.locomo_retrieval import Conversation, ingest, load
 from engramdb.embedders import make_embedder
 from engramdb.embedders.base import Embedder
 from engramdb.search import FusionConfig, ScoreCalibration
+from engramdb_bench._locomo import data_path
+from engramdb_bench.locomo_retrieval import Conversation, ingest, load
 
 __all__ = ["fit", "format_report", "measure", "run"]
 
@@ -229,7 +229,7 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m engramdb.bench.calibration [--data FILE] [--out FILE.json]``."""
+    """``python -m engramdb_bench.calibration [--data FILE] [--out FILE.json]``."""
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)

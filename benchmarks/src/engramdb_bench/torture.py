@@ -5,7 +5,7 @@ must be zero; the command exits non-zero when any count is not (see
 :func:`violations`), so it can gate a release.
 
 ``kills``
-    A writer process (``engramdb.bench._torture_writer``: verbatim adds,
+    A writer process (``engramdb_bench._torture_writer``: verbatim adds,
     repeats, updates, deletes, purges) is killed with SIGKILL at a random
     moment after it started writing, ``--kills`` times on one SQLite file.
     After each kill the file must pass ``PRAGMA integrity_check`` and
@@ -24,7 +24,7 @@ must be zero; the command exits non-zero when any count is not (see
     answered for). PostgreSQL is ``--pg-url`` or an embedded server; skipped,
     with the reason, when neither can be had.
 ``corpus``
-    Every reply of the hostile-reply corpus (:mod:`engramdb.bench._hostile`)
+    Every reply of the hostile-reply corpus (:mod:`engramdb_bench._hostile`)
     through a real ``Memory.add`` whose LLM is the OpenAI-wire test server
     (additive mode, and consolidate mode for the facts and update replies).
     Handled: the memories stored as the case expects, or a clean
@@ -34,8 +34,8 @@ must be zero; the command exits non-zero when any count is not (see
     valid and invalid requests, with an admin key and a user-bound key:
     requests sent, and answers of 500 or more (must be 0).
 ``attacks`` / ``purge``
-    The tenant attack suite (``engramdb.bench._attacks.run_attack_suite``)
-    and the purge probes (``engramdb.bench._probes.run_purge_probes``),
+    The tenant attack suite (``engramdb_bench._attacks.run_attack_suite``)
+    and the purge probes (``engramdb_bench._probes.run_purge_probes``),
     imported when run; reported as missing when not installed.
 
 Vectors are the real local model's, computed once per text stem and looked
@@ -66,15 +66,15 @@ from typing import Any
 import numpy as np
 
 from engramdb import __version__
-from engramdb.bench._machine import machine, machine_line
-from engramdb.bench._progress import Progress, Tick, load_average, quiet
-from engramdb.bench._serving import LiveServer
-from engramdb.bench._torture_corpus import all_memories, part_corpus
-from engramdb.bench._torture_writer import STEMS, StemVectors
+from engramdb_bench._machine import machine, machine_line
+from engramdb_bench._progress import Progress, Tick, load_average, quiet
+from engramdb_bench._serving import LiveServer
+from engramdb_bench._torture_corpus import all_memories, part_corpus
+from engramdb_bench._torture_writer import STEMS, StemVectors
 
 __all__ = ["DEFAULTS", "PARTS", "print_report", "run", "violations"]
 
-log = logging.getLogger("engramdb.bench.torture")
+log = logging.getLogger("engramdb_bench.torture")
 
 PARTS: tuple[str, ...] = (
     "kills",
@@ -125,7 +125,7 @@ def _child_env() -> dict[str, str]:
 
 def _writer(args: Sequence[str], stderr: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "engramdb.bench._torture_writer", *args],
+        [sys.executable, "-m", "engramdb_bench._torture_writer", *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr,
@@ -642,7 +642,7 @@ def _part_fuzz(workdir: Path, examples: int, bars: Progress) -> dict[str, Any]:
 
 def _external(module: str, function: str) -> Callable[..., dict[str, Any]] | str:
     """The function, or why it cannot be had ("missing: ...")."""
-    name = f"engramdb.bench.{module}"
+    name = f"engramdb_bench.{module}"
     try:
         loaded = importlib.import_module(name)
     except ModuleNotFoundError as exc:
@@ -798,7 +798,7 @@ def run(
     try:
         with Progress(progress) as bars:
             if {"writers-pg", "purge"} & set(chosen):
-                from engramdb.bench import _pg
+                from engramdb_bench import _pg
 
                 try:
                     pg = _pg.start(pg_url, prefix="engram-torture-pg-")
@@ -827,7 +827,7 @@ def run(
         if own_dir:
             shutil.rmtree(base, ignore_errors=True)
     report: dict[str, Any] = {
-        "benchmark": "engramdb.bench.torture",
+        "benchmark": "engramdb_bench.torture",
         "version": __version__,
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(load_start),
@@ -876,7 +876,7 @@ def _run_part(
     if name == "writers-pg":
         if pg is None:
             return {"status": "skipped", "reason": pg_reason or "no PostgreSQL server"}
-        from engramdb.bench import _pg
+        from engramdb_bench import _pg
 
         schema = _pg.new_schema()
         section = {

@@ -2,7 +2,7 @@
 
 Run::
 
-    python -m engramdb.bench.perf [--sizes 1000,10000,100000] [--out FILE.json] [--quick]
+    python -m engramdb_bench.perf [--sizes 1000,10000,100000] [--out FILE.json] [--quick]
 
 or call :func:`run`. It prints tables and returns (and optionally writes) one
 JSON-able dict. Nothing here asserts a speed: targets are reported as met or
@@ -73,12 +73,12 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from engramdb.bench._locomo import data_path as resolve_data_path
-from engramdb.bench._locomo import default_data_path, load_conversations
 from engramdb.embedders.base import Embedder
 from engramdb.embedders.local import LOCAL_MODEL_ID, MODEL_SHA256, LocalEmbedder
 from engramdb.memory import Memory
 from engramdb.stores.base import Scope
+from engramdb_bench._locomo import data_path as resolve_data_path
+from engramdb_bench._locomo import default_data_path, load_conversations
 
 __all__ = [
     "DEFAULT_SIZES",
@@ -106,7 +106,7 @@ BULK_BATCH: Final = 500
 """Messages per call when filling the search store: the default ``limits.max_messages``."""
 # Per-dimension noise of a synthetic vector: with 384 dimensions its norm is
 # ~0.2, so a synthetic vector stays on its parents' topic without being a copy.
-# The same recipe as engramdb.bench.vector_index, so the two reports compare.
+# The same recipe as engramdb_bench.vector_index, so the two reports compare.
 SYNTH_NOISE: Final = 0.01
 SEARCH_USER: Final = "bench-user"
 # Fill-batch metadata and run ids cycle with these periods, so at the largest
@@ -656,7 +656,7 @@ def _run_probe(path: Path, user_id: str, query: str) -> dict[str, Any] | None:
     cmd = [
         sys.executable,
         "-m",
-        "engramdb.bench.perf",
+        "engramdb_bench.perf",
         "--probe",
         str(path),
         "--probe-user",
@@ -825,7 +825,7 @@ def run_narrowed(
                     plan.warmup,
                 )
     report = {
-        "benchmark": "engramdb.bench.perf narrowed",
+        "benchmark": "engramdb_bench.perf narrowed",
         "size": size,
         "queries": queries,
         "loadavg": [loadavg_start, [round(x, 2) for x in os.getloadavg()]],
@@ -1209,7 +1209,7 @@ def run(
 
     Raises:
         FileNotFoundError: the LoCoMo file is missing, or neither ``data`` nor
-            ``$ENGRAM_LOCOMO`` names one (:class:`~engramdb.bench._locomo.MissingDataError`).
+            ``$ENGRAM_LOCOMO`` names one (:class:`~engramdb_bench._locomo.MissingDataError`).
         ValueError: a size is not a positive integer.
     """
     say: Echo = echo if echo is not None else (lambda _line: None)
@@ -1248,7 +1248,7 @@ def run(
         stages["search"] = round(time.perf_counter() - mark, 1)
 
     report: dict[str, Any] = {
-        "benchmark": "engramdb.bench.perf",
+        "benchmark": "engramdb_bench.perf",
         "format": 1,
         "quick": quick,
         "started_at": started_at,
@@ -1290,9 +1290,9 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry: ``python -m engramdb.bench.perf``."""
+    """Command-line entry: ``python -m engramdb_bench.perf``."""
     parser = argparse.ArgumentParser(
-        prog="python -m engramdb.bench.perf",
+        prog="python -m engramdb_bench.perf",
         description="Measure add throughput, search latency, disk and memory of engramdb.",
     )
     parser.add_argument("--sizes", help="comma-separated scope sizes (default 1000,10000,100000)")

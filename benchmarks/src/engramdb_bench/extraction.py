@@ -3,7 +3,7 @@
 Run::
 
     engram bench extraction --data locomo-dev.json --config llm.json [--sessions 10]
-    python -m engramdb.bench.extraction ... (same options)
+    python -m engramdb_bench.extraction ... (same options)
 
 or call :func:`run`. It replays LoCoMo sessions through ``Memory.add`` with
 the configured LLM (extraction on) and scores what was kept against LoCoMo's
@@ -65,8 +65,14 @@ from typing import Any
 import numpy as np
 
 from engramdb import __version__
-from engramdb.bench._llm import CachedLLM, CountedLLM, build_llm, load_config_file
-from engramdb.bench._locomo import (
+from engramdb.config import EngramConfig, parse_config
+from engramdb.embedders import Embedder, make_embedder
+from engramdb.errors import EngramError, ExtractionError
+from engramdb.llms import LLM
+from engramdb.memory import Memory
+from engramdb.nlp import query_terms
+from engramdb_bench._llm import CachedLLM, CountedLLM, build_llm, load_config_file
+from engramdb_bench._locomo import (
     MISSING_DATA,
     Conversation,
     Session,
@@ -74,12 +80,6 @@ from engramdb.bench._locomo import (
     default_data_path,
     load_conversations,
 )
-from engramdb.config import EngramConfig, parse_config
-from engramdb.embedders import Embedder, make_embedder
-from engramdb.errors import EngramError, ExtractionError
-from engramdb.llms import LLM
-from engramdb.memory import Memory
-from engramdb.nlp import query_terms
 
 __all__ = [
     "LEXICAL_COVER",
@@ -518,7 +518,7 @@ def run(
                     scores.append(_score_session(mem, conv, session, failed))
         llm_stats = cached.stats()
     report: dict[str, Any] = {
-        "benchmark": "engramdb.bench.extraction",
+        "benchmark": "engramdb_bench.extraction",
         "format": FORMAT,
         "engramdb": __version__,
         "started_at": started_at,
@@ -565,9 +565,9 @@ def _write(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry: ``python -m engramdb.bench.extraction``."""
+    """Command-line entry: ``python -m engramdb_bench.extraction``."""
     parser = argparse.ArgumentParser(
-        prog="python -m engramdb.bench.extraction",
+        prog="python -m engramdb_bench.extraction",
         description="What add(infer=True) keeps of LoCoMo sessions, against their observations.",
     )
     parser.add_argument(

@@ -47,8 +47,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from engramdb.bench._locomo import data_path, load_conversations
-from engramdb.bench._machine import machine, machine_line
+from engramdb_bench._locomo import data_path, load_conversations
+from engramdb_bench._machine import machine, machine_line
 
 __all__ = [
     "ADD_GOAL",

@@ -32,8 +32,8 @@ from typing import Any
 import httpx
 
 from engramdb import __version__
-from engramdb.bench._machine import machine, machine_line
-from engramdb.bench._serving import free_port
+from engramdb_bench._machine import machine, machine_line
+from engramdb_bench._serving import free_port
 
 __all__ = ["DEFAULT_CONCURRENCY", "print_report", "run"]
 
@@ -238,7 +238,7 @@ def run(
                 process.kill()
                 process.wait()
     result: dict[str, Any] = {
-        "benchmark": "engramdb.bench.serve",
+        "benchmark": "engramdb_bench.serve",
         "version": __version__,
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         # Other work on the machine shares the cores with server and clients.

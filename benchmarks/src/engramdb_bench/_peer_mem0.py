@@ -3,7 +3,7 @@
 Runs in mem0's own virtual environment (``scripts/mem0-bench-venv``), where
 engramdb is not installed, so it imports nothing from engramdb: only the
 standard library, mem0ai and what mem0's huggingface embedder needs. The
-driver (:mod:`engramdb.bench.compare`) passes this file's path to the peer
+driver (:mod:`engramdb_bench.compare`) passes this file's path to the peer
 python.
 
 What it sets up, before mem0 is imported (mem0 reads its settings then):

@@ -3,7 +3,7 @@
 Run::
 
     engram bench locomo-qa --data locomo10.json [--limit N] [--cache DIR] [--top-k K]
-    python -m engramdb.bench.locomo_qa --data ... (same options)
+    python -m engramdb_bench.locomo_qa --data ... (same options)
 
 or call :func:`run`. For each conversation of a LoCoMo-format file:
 
@@ -19,7 +19,7 @@ or call :func:`run`. For each conversation of a LoCoMo-format file:
    returns for the conversation's user (prompt: ``prompts/locomo_answer_v1.txt``).
 3. **Score**: an LLM judge labels each answer CORRECT or WRONG against the
    gold answer (``prompts/locomo_judge_v1.txt``, JSON reply): that is *J*.
-   Token F1 and BLEU-1 (:mod:`engramdb.bench.qa_metrics`) are computed too.
+   Token F1 and BLEU-1 (:mod:`engramdb_bench.qa_metrics`) are computed too.
 
 Figures are reported per LoCoMo category number: 1-4 (in the dataset's
 README 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop), and their
@@ -60,8 +60,14 @@ from pathlib import Path
 from typing import Any
 
 from engramdb import __version__
-from engramdb.bench._llm import CachedLLM, CountedLLM, build_llm, cache_key, load_config_file
-from engramdb.bench._locomo import (
+from engramdb.config import EngramConfig, parse_config
+from engramdb.embedders import Embedder, make_embedder
+from engramdb.errors import EngramError, ExtractionError, ReplyFormatError
+from engramdb.extract.repair import repair_json, strip_reasoning
+from engramdb.llms import LLM, Completion, make_llm, parse_llm_spec
+from engramdb.memory import Memory
+from engramdb_bench._llm import CachedLLM, CountedLLM, build_llm, cache_key, load_config_file
+from engramdb_bench._locomo import (
     MISSING_DATA,
     QA,
     Conversation,
@@ -70,13 +76,7 @@ from engramdb.bench._locomo import (
     default_data_path,
     load_conversations,
 )
-from engramdb.bench.qa_metrics import bleu1, token_f1
-from engramdb.config import EngramConfig, parse_config
-from engramdb.embedders import Embedder, make_embedder
-from engramdb.errors import EngramError, ExtractionError, ReplyFormatError
-from engramdb.extract.repair import repair_json, strip_reasoning
-from engramdb.llms import LLM, Completion, make_llm, parse_llm_spec
-from engramdb.memory import Memory
+from engramdb_bench.qa_metrics import bleu1, token_f1
 
 __all__ = [
     "ANSWER_PROMPT",
@@ -118,7 +118,7 @@ JUDGE_SCHEMA: dict[str, Any] = {
 
 @cache
 def _prompt(name: str) -> str:
-    return (resources.files("engramdb.bench") / "prompts" / name).read_text(encoding="utf-8")
+    return (resources.files("engramdb_bench") / "prompts" / name).read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------- the prompts
@@ -570,7 +570,7 @@ def run(
 
     Args:
         data: a LoCoMo-format JSON file; ``None``: ``$ENGRAM_LOCOMO``
-            (:class:`~engramdb.bench._locomo.MissingDataError` if unset).
+            (:class:`~engramdb_bench._locomo.MissingDataError` if unset).
         config: a mem0-shaped config (its ``llm``, ``embedder``, ``extraction``
             and ``retrieval`` sections are used; the store path is ignored).
         llm: the LLM; default the config's, else ``ENGRAM_LLM``.
@@ -657,7 +657,7 @@ def run(
         llm_stats = cached.stats()
         judge_stats = judge.stats() if judge is not cached else None
     report: dict[str, Any] = {
-        "benchmark": "engramdb.bench.locomo_qa",
+        "benchmark": "engramdb_bench.locomo_qa",
         "format": FORMAT,
         "started_at": started_at,
         "seconds": round(time.perf_counter() - wall, 1),
@@ -701,9 +701,9 @@ def judge_from_spec(spec: str | None) -> LLM | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry: ``python -m engramdb.bench.locomo_qa``."""
+    """Command-line entry: ``python -m engramdb_bench.locomo_qa``."""
     parser = argparse.ArgumentParser(
-        prog="python -m engramdb.bench.locomo_qa",
+        prog="python -m engramdb_bench.locomo_qa",
         description="LoCoMo question answering through engramdb, judged by an LLM.",
     )
     parser.add_argument(

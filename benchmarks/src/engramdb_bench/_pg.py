@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engramdb.bench._serving import free_port
+from engramdb_bench._serving import free_port
 
 __all__ = ["PgServer", "PgUnavailable", "drop_schema", "new_schema", "start"]
 
