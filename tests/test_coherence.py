@@ -749,7 +749,7 @@ def test_sqlite_cold_load_in_chunks_equals_one_read(
 ) -> None:
     """A cold cache is filled chunk by chunk; the result is the one-read cache's, even
     after a failure part way (the next search reads the missing rows again)."""
-    from engramdb.stores.sqlite import _base, _reads
+    from engramdb.stores.sqlite import _base, _search
 
     spec = str(db_path)
     with open_memory(spec, "test-hash", 64) as writer:
@@ -763,7 +763,7 @@ def test_sqlite_cold_load_in_chunks_equals_one_read(
         expected = {w: _results(whole, w) for w in ("tea", "coffee", "rex", "day 7")}
     assert len(expected["tea"]) == 59
 
-    monkeypatch.setattr(_reads, "_CATCH_UP_ROWS", 7)
+    monkeypatch.setattr(_search, "_CATCH_UP_ROWS", 7)
     with open_memory(spec, "test-hash", 64) as chunked:
         assert {w: _results(chunked, w) for w in expected} == expected
 

@@ -2,7 +2,7 @@
 
 SQLite checks a metadata filter on each index's top hits and widens while
 too few survive, scanning the scope only for very selective filters
-(``stores/sqlite/_reads.py``). These tests run on both backends where the
+(``stores/sqlite/_search.py``). These tests run on both backends where the
 result is backend-independent (what a filter returns) and compare SQLite's
 paths with each other.
 """

@@ -14,8 +14,9 @@ reading only the rows changed since it last looked; a purge or reset bumps
 ``meta.epoch`` and drops every cache.
 
 The store is one class assembled from its parts: ``_base`` (connections,
-transactions, schema, binding, rows), ``_writes``, ``_erasure`` and
-``_reads`` (with the search and its caches); the logic both backends share
+transactions, schema, binding, rows), ``_writes``, ``_erasure``, ``_reads``
+(by id, lists, counts, messages, export), ``_search`` (the search and its
+caches), ``_neighbours`` and ``_entity_hop``; the logic both backends share
 lives in :mod:`engramdb.stores.kernel`.
 """
 
@@ -25,12 +26,13 @@ from engramdb.stores.sqlite._entity_hop import _EntityHop
 from engramdb.stores.sqlite._erasure import _Erasure
 from engramdb.stores.sqlite._neighbours import _Neighbours
 from engramdb.stores.sqlite._reads import _Reads
+from engramdb.stores.sqlite._search import _Search
 from engramdb.stores.sqlite._writes import _Writes
 
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(_Writes, _Erasure, _Neighbours, _EntityHop, _Reads):
+class SQLiteStore(_Writes, _Erasure, _Neighbours, _EntityHop, _Reads, _Search):
     """A :class:`~engramdb.stores.base.Store` on one SQLite file.
 
     Args:
