@@ -54,10 +54,15 @@ def run_workload(memory: Any, workload: dict[str, Any], top_k: int) -> dict[str,
     add_ms: list[float] = []
     add_cpu: list[float] = []
     stored = 0
+    record = bool(workload.get("record_hits"))
+    added_ids: list[list[str]] = []
+    hit_ids: list[list[list[Any]]] = []
     for msg in workload["messages"]:
         message = {"role": msg["role"], "content": msg["content"], "name": msg["name"]}
         result, wall, cpu = timed(memory.add, [message], user_id=msg["user_id"], infer=False)
         stored += sum(1 for r in result.get("results", []) if r.get("event") == "ADD")
+        if record:
+            added_ids.append([str(r["id"]) for r in result.get("results", []) if "id" in r])
         add_ms.append(wall)
         add_cpu.append(cpu)
     rss_added = rss_mb()
@@ -69,6 +74,10 @@ def run_workload(memory: Any, workload: dict[str, Any], top_k: int) -> dict[str,
             memory.search, q["query"], filters={"user_id": q["user_id"]}, top_k=top_k
         )
         hits += len(result.get("results", []))
+        if record:
+            hit_ids.append(
+                [[str(r["id"]), float(r.get("score") or 0.0)] for r in result.get("results", [])]
+            )
         search_ms.append(wall)
         search_cpu.append(cpu)
     add = summary(add_ms[1:])
@@ -94,6 +103,8 @@ def run_workload(memory: Any, workload: dict[str, Any], top_k: int) -> dict[str,
         else None,
         "hits_per_search": round(hits / len(search_ms), 2) if search_ms else None,
         "rss_after_adds_mb": rss_added,
+        # ``record_hits``: what each add stored and each search found (retrieval quality).
+        **({"added_ids": added_ids, "hit_ids": hit_ids} if record else {}),
     }
 
 

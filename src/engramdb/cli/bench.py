@@ -1046,3 +1046,152 @@ def bench_embedders(
         return
     bench.print_report(report)
     _note(f"wrote {out}")
+
+
+@bench_app.command("retrieval")
+def bench_retrieval(
+    ctx: typer.Context,
+    shapes: Annotated[
+        str,
+        typer.Option(
+            "--shapes",
+            metavar="LIST",
+            help=(
+                "Comma-separated shapes: 'facts' (personal facts, one add each), 'locomo' "
+                "(LoCoMo turns verbatim), 'updates' (knowledge-update facts, linked) and "
+                "'extracted' (LoCoMo observation facts); default all."
+            ),
+        ),
+    ] = "facts,locomo,updates,extracted",
+    top_k: Annotated[
+        int, typer.Option("--top-k", metavar="K", min=1, help="Memories retrieved per question.")
+    ] = 30,
+    folds: Annotated[
+        int,
+        typer.Option(
+            "--folds",
+            metavar="K",
+            min=1,
+            help="Leave-one-fold-out folds per shape (users or conversations, round-robin).",
+        ),
+    ] = 5,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help=(
+                "A retrieval config JSON: a mem0-shaped config (its 'retrieval' and "
+                "'embedder' sections) or a bare retrieval section of FusionConfig fields "
+                "(default: the global --config's, else the library's defaults)."
+            ),
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="FILE",
+            help="Where to write the JSON report (default: retrieval.json here).",
+            dir_okay=False,
+        ),
+    ] = None,
+    dump: Annotated[
+        Path | None,
+        typer.Option(
+            "--dump",
+            metavar="FILE",
+            help=(
+                "Write one JSON line per question: shape, fold, gold ids and every hit's id, "
+                "rank, score, score_details and is_gold."
+            ),
+            dir_okay=False,
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            metavar="FILE",
+            help="Write a reliability diagram (score against observed precision) as PNG.",
+            dir_okay=False,
+        ),
+    ] = None,
+    mem0: Annotated[
+        bool,
+        typer.Option(
+            "--mem0",
+            help=(
+                "Also run mem0 on the facts shape (needs $ENGRAM_MEM0_BENCH_PYTHON: "
+                "scripts/mem0-bench-venv; skipped without it)."
+            ),
+        ),
+    ] = False,
+    data: LocomoPath = None,
+    users: Annotated[
+        int | None, typer.Option(metavar="N", min=1, help="facts: only the first N users.")
+    ] = None,
+    conversations: Annotated[
+        int | None,
+        typer.Option(metavar="N", min=1, help="locomo, extracted, updates: the first N only."),
+    ] = None,
+    questions: Annotated[
+        int | None,
+        typer.Option(metavar="N", min=1, help="Only the first N questions per user/conversation."),
+    ] = None,
+    reuse: Annotated[
+        bool,
+        typer.Option("--reuse", help="locomo: reuse the ingest cached by an earlier --reuse run."),
+    ] = False,
+    json_out: JsonOut = False,
+) -> None:
+    """Retrieval on several shapes: P@1, MRR, any/all@10, score calibration, per fold."""
+    with _benchmarks():
+        from engramdb_bench import retrieval as bench
+
+    chosen = [s.strip() for s in shapes.split(",") if s.strip()]
+    bad = [s for s in chosen if s not in bench.SHAPES]
+    if bad or not chosen:
+        raise typer.BadParameter(
+            f"must be a comma-separated list of {', '.join(bench.SHAPES)}", param_hint="--shapes"
+        )
+    if ("locomo" in chosen or "extracted" in chosen) and data is None:
+        data = _locomo(data)
+    cfg = _load_config(config or ctx.find_root().obj.config_file)
+    if cfg is not None and not isinstance(cfg, dict):
+        _fail(f"{config}: a retrieval config must be a JSON object")
+    if config is None and isinstance(cfg, dict):
+        cfg = {k: v for k, v in cfg.items() if k in ("retrieval", "embedder")}
+    embedder = _config_embedder(cfg)
+    if isinstance(cfg, dict):
+        cfg = {k: v for k, v in cfg.items() if k != "embedder"} or None
+    out = out or Path("retrieval.json")
+    with _expected_errors():
+        try:
+            report = bench.run(
+                shapes=chosen,
+                top_k=top_k,
+                folds=folds,
+                config=cfg,
+                out=out,
+                dump=dump,
+                plot=plot,
+                mem0=mem0,
+                locomo=data,
+                users=users,
+                conversations=conversations,
+                questions=questions,
+                reuse=reuse,
+                embedder=embedder,
+                progress=_note,
+            )
+        except (FileNotFoundError, ValueError, KeyError, bench.RetrievalError) as exc:
+            _fail(str(exc))
+    if json_out:
+        _print_json(report)
+        return
+    _say(bench.format_report(report))
+    _note(f"wrote {out}" + (f", {dump}" if dump else "") + (f", {plot}" if plot else ""))
