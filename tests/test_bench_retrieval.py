@@ -34,7 +34,7 @@ DUMP_FIELDS = {
     "names_person",
     "hits",
 }
-HIT_FIELDS = {"id", "rank", "score", "score_details", "is_gold"}
+HIT_FIELDS = {"id", "memory", "rank", "score", "score_details", "is_gold"}
 
 
 # -- the data --------------------------------------------------------------------------------

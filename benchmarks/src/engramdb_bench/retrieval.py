@@ -54,8 +54,8 @@ each fold's figures and their mean.
 ``shape``, ``fold``, ``group``, ``id``, ``question``, ``answerable``, ``gold``
 (memory ids), ``gold_groups`` (for all@k: per evidence turn, the memory ids
 covering it), ``category``, ``names_person``, and ``hits``: for each of the top-k
-results ``id``, ``rank``, ``score``, ``score_details`` (as ``search(explain=True)``
-returns it) and ``is_gold``.
+results ``id``, ``memory`` (the text), ``rank``, ``score``, ``score_details``
+(as ``search(explain=True)`` returns it) and ``is_gold``.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class QueryDump:
     answerable: bool
     gold: tuple[str, ...]
     hits: tuple[dict[str, Any], ...]
-    """Best first: ``id``, ``rank``, ``score``, ``score_details``, ``is_gold``."""
+    """Best first: ``id``, ``memory``, ``rank``, ``score``, ``score_details``, ``is_gold``."""
     fold: str = ""
     gold_groups: tuple[tuple[str, ...], ...] = ()
     category: int | None = None
@@ -173,6 +173,7 @@ def _hits(found: Sequence[Mapping[str, Any]], gold: Iterable[str]) -> tuple[dict
     return tuple(
         {
             "id": r["id"],
+            "memory": r.get("memory"),
             "rank": rank,
             "score": float(r.get("score") or 0.0),
             "score_details": r.get("score_details") or {},
