@@ -232,7 +232,7 @@ def test_update_sets_and_clears_the_expiry_and_restore_brings_it_back(mem: Memor
     mem.update(mid, text="My trial plan ends in May", expiration_date="2099-05-31")
     mem.update(mid, expiration_date=None)  # None clears it
     cleared = mem.get(mid)
-    assert cleared is not None and "expiration_date" not in cleared
+    assert cleared is not None and cleared["expiration_date"] is None
     mem.restore(mid, version=4)  # v1 add, v2 expiry, v3 restore, v4 text + expiry, v5 clear
     again = mem.get(mid)
     assert again is not None and again["expiration_date"] == "2099-05-31"

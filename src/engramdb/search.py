@@ -34,22 +34,26 @@ from engramdb.rewrite import QueryRewriteConfig
 
 __all__ = [
     "DENSE_ONLY",
+    "FEATURES",
     "HYBRID_RRF",
     "HYBRID_WEIGHTED",
     "KEYWORD_ONLY",
     "FusionConfig",
     "Hit",
+    "LearnedFusion",
     "QueryPlan",
     "ScoreCalibration",
     "apply_recency",
     "apply_rerank",
     "calibrate",
+    "candidate_features",
     "document_text",
     "fuse",
     "informative_factors",
     "plan_query",
     "rank_superseded",
     "recency_factor",
+    "subject_terms",
     "when",
 ]
 
@@ -89,6 +93,78 @@ class ScoreCalibration(BaseModel):
         return 1.0 / (1.0 + math.exp(-z))
 
 
+FEATURES: tuple[str, ...] = (
+    "semantic",
+    "bm25",
+    "cover",
+    "entity",
+    "actor",
+    "keyword_query",
+    "message",
+    "length",
+)
+"""The features a learned fusion reads for each candidate (:func:`candidate_features`)."""
+
+
+class LearnedFusion(BaseModel):
+    """A logistic model over cheap per-candidate features: ``score = P(answers the query)``.
+
+    ``score = 1 / (1 + exp(-(intercept + sum(coef[f] * feature[f]))))``. Every
+    feature depends on the query and the memory (and the scope's keyword
+    statistics), never on the other candidates, so a memory gets the same score
+    for a query whatever else is in the pool, and a threshold means the same in
+    every store. Trained by ``scripts/train_fusion.py`` on the development suite
+    (``engram bench retrieval --dump``) and shipped as ``data/fusion_v1.json``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: str
+    features: tuple[str, ...]
+    coef: tuple[float, ...]
+    intercept: float
+    trained_on: dict[str, Any] = Field(default_factory=dict)
+    """What the model was fitted on (shapes, questions, candidates), for the record."""
+
+    def probability(self, values: Sequence[float]) -> float:
+        """The score of one candidate's feature values (in :attr:`features` order)."""
+        z = self.intercept + sum(c * v for c, v in zip(self.coef, values, strict=True))
+        if z < -700:
+            return 0.0
+        return 1.0 / (1.0 + math.exp(-z))
+
+
+@lru_cache(maxsize=1)
+def shipped_fusion() -> LearnedFusion:
+    """The learned fusion shipped with engramdb (``engramdb/data/fusion_v1.json``)."""
+    from importlib import resources
+
+    text = resources.files("engramdb").joinpath("data/fusion_v1.json").read_text("utf-8")
+    return LearnedFusion.model_validate_json(text)
+
+
+def candidate_features(
+    sem_part: float,
+    bm_part: float,
+    cover: float,
+    entity: float,
+    actor: float,
+    keyword_query: bool,
+    row: MemoryRow,
+) -> dict[str, float]:
+    """The learned fusion's features of one candidate (:data:`FEATURES`)."""
+    return {
+        "semantic": sem_part,
+        "bm25": bm_part,
+        "cover": cover,
+        "entity": entity,
+        "actor": actor,
+        "keyword_query": 1.0 if keyword_query else 0.0,
+        "message": 1.0 if row.role is not None and row.attributed_to is None else 0.0,
+        "length": math.log1p(len(_own_terms(row.text))),
+    }
+
+
 class FusionConfig(BaseModel):
     """How the signals are fused (``{"retrieval": {...}}``). Immutable.
 
@@ -115,7 +191,7 @@ class FusionConfig(BaseModel):
 
     # Defaults chosen on the LoCoMo dev data (docs/retrieval.md): flat within about
     # 0.01 around them, and clearly better than RRF for this embedder.
-    method: Literal["rrf", "weighted"] = "weighted"
+    method: Literal["rrf", "weighted", "learned"] = "weighted"
     semantic_weight: float = Field(default=1.0, ge=0)
     bm25_weight: float = Field(default=1.25, ge=0)
     entity_weight: float = Field(default=0.1, ge=0)
@@ -135,6 +211,9 @@ class FusionConfig(BaseModel):
     memory's best score) before the second-stage levers (:mod:`engramdb.rewrite`).
     An LLM failure or unusable reply searches the question alone. Off because it
     costs an LLM call per search (docs/retrieval.md, "Query rewriting")."""
+    learned: LearnedFusion | None = None
+    """The model of ``method="learned"`` (``None``: the one shipped in the package,
+    :func:`shipped_fusion`)."""
     calibration: ScoreCalibration | None = ScoreCalibration()
     """How the returned ``score`` is read from the fused one; ``None``: the fused score
     itself. Fitted for the default weights; the presets other than the default turn it off."""
@@ -161,6 +240,11 @@ class FusionConfig(BaseModel):
     beside the one that matches it. One store read (``Store.neighbours``) per search.
     On by default because it generalises on LoCoMo dev by leave-one-conversation-out
     (docs/retrieval.md, "Retrieval levers")."""
+    conversation_window_hours: float = Field(default=6.0, ge=0, le=24 * 366)
+    """What counts as one conversation for the conversation devices (session neighbours
+    and the keyword terms a message borrows from the messages before it): messages of
+    one ``add`` call, or of one ``run_id`` said within this many hours of each other.
+    Facts stored one ``add`` at a time without a run are never one conversation."""
     neighbour_span: int = Field(default=1, ge=1, le=10)
     """How many memories each side of a hit are its neighbours."""
     neighbour_share: float = Field(default=0.8, gt=0, le=1)
@@ -291,12 +375,47 @@ Gdansk"); the present is what search answers for anyway (superseded memories
 rank below what replaced them), so they are left out of the keyword terms."""
 
 
-def plan_query(query: str, config: FusionConfig) -> QueryPlan:
-    """Read a query once: its keyword terms and the entity keys it may name."""
+_SUBJECT_WORDS = frozenset({"user", "users"})
+"""Words by which a question names whoever the store is about ("what does the user eat?")."""
+
+
+def subject_terms(user_id: str | None) -> frozenset[str]:
+    """The query terms that only say *who* a question is about, in a search of ``user_id``.
+
+    Who the question is about is a scope fact, not a keyword: in a user's own
+    store, "the user" and the user's id name every memory equally, so as BM25
+    terms or entity keys they lift whichever memories happen to spell them
+    ("User's partner is called Sam" for any "the user" question) and push down
+    the first-person memory that answers ("I'm vegan"). ``"user"``/``"users"``
+    and the words of ``user_id`` (``alice`` of ``alice`` or ``alice_smith``;
+    purely numeric parts stay) are left out of the query's keyword terms and
+    entity keys; the speaker-name (actor) signal keeps them.
+    """
+    out = set(_SUBJECT_WORDS)
+    if user_id:
+        words = re.split(r"[\W_]+", user_id)
+        out.update(t for t in query_terms(" ".join(words)) if not t.isdigit() and len(t) > 1)
+    return frozenset(out)
+
+
+def plan_query(
+    query: str, config: FusionConfig, subject: frozenset[str] = frozenset()
+) -> QueryPlan:
+    """Read a query once: its keyword terms and the entity keys it may name.
+
+    ``subject`` (:func:`subject_terms`): terms that only name who the store is
+    about; they are neither keyword terms nor entity keys (they still name a
+    speaker for the actor signal).
+    """
     terms = query_terms(_PRESENT.sub(" ", query)) if config.bm25_weight > 0 else []
     keys = _entity_keys(query) if config.entity_weight > 0 or config.actor_weight > 0 else []
+    if subject:
+        terms = [t for t in terms if t not in subject]
+        entities = [k for k in keys if not (set(k.split()) <= subject)]
+    else:
+        entities = keys
     return QueryPlan(
-        terms=terms, entities=keys if config.entity_weight > 0 else [], names=frozenset(keys)
+        terms=terms, entities=entities if config.entity_weight > 0 else [], names=frozenset(keys)
     )
 
 
@@ -399,6 +518,8 @@ def fuse(
         if config.informative_terms > 0
         else None
     )
+    model = (config.learned or shipped_fusion()) if config.method == "learned" else None
+    features: list[dict[str, float]] = []
     scored: list[tuple[float, float, float, float, int]] = []
     for i, cand in enumerate(candidates):
         sem_part = min(
@@ -406,7 +527,14 @@ def fuse(
         )
         bm_part = cand.bm25 / (cand.bm25 + config.bm25_half)
         actor_part = 1.0 if actor[i] else 0.0
-        if config.method == "rrf":
+        cover = min(1.0, cand.bm25 / cand.bm25_best) if cand.bm25_best > 0 else 0.0
+        feats = candidate_features(
+            sem_part, bm_part, cover, ent[i], actor_part, bool(bm_ranks), cand.row
+        )
+        features.append(feats)
+        if model is not None:
+            score = model.probability([feats[f] for f in model.features])
+        elif config.method == "rrf":
             raw = sum(
                 w / (config.rrf_k + ranks[i])
                 for w, ranks in ((w_s, sem_ranks), (w_b, bm_ranks), (w_e, ent_ranks))
@@ -442,7 +570,8 @@ def fuse(
                         "actor": actor_part,
                     },
                     "fusion": score,
-                    **({"relative": min(1.0, score / best)} if best else {}),
+                    "features": features[i],
+                    **({"relative": min(1.0, score / best)} if best and model is None else {}),
                     **({"informative": informative[i]} if informative is not None else {}),
                     "method": config.method,
                     "rank": {
@@ -489,7 +618,8 @@ def _best_fused(
 def calibrate(hits: list[Hit], config: FusionConfig) -> list[Hit]:
     """``hits`` with their calibrated scores (same order); unchanged without a calibration."""
     cal = config.calibration
-    if cal is None:
+    if cal is None or config.method == "learned":
+        # A learned fusion's score is already a probability.
         return hits
     return [Hit(h.row, cal.apply(h.explain.get("relative", h.score)), h.explain) for h in hits]
 
@@ -518,8 +648,14 @@ def rank_superseded(
     *,
     include_superseded: bool = True,
     pull: Callable[[MemoryRow], bool] = lambda _row: True,
+    previous: bool = False,
 ) -> list[Hit]:
     """Put every superseded hit right below what superseded it (docs/retrieval.md).
+
+    ``previous`` (the question asks what held before: "what did she drive
+    before?", :func:`engramdb.nlp.querytime.asks_previous`): the other way
+    round, each superseded hit right *above* what superseded it, so the
+    version that was replaced last comes first.
 
     ``superseders`` maps a hit's id to the live, visible, newer memories that
     ``update`` or ``contradict`` it. A superseder that is not among the hits
@@ -552,13 +688,27 @@ def rank_superseded(
                     moved = True
         if not moved:
             break
+    if previous:
+        # The replaced versions rise to the score of what replaced them (chains too).
+        for _ in range(len(order)):
+            moved = False
+            for hit in order:
+                for row in superseders.get(hit.row.id, ()):
+                    newer = by_id.get(row.id)
+                    if newer is not None and hit.score < newer.score:
+                        hit.score = newer.score
+                        hit.explain = {**hit.explain, "lifted_from": row.id}
+                        moved = True
+            if not moved:
+                break
     superseded = {h.row.id for h in order if superseders.get(h.row.id)}
     if not include_superseded:
         order = [h for h in order if h.row.id not in superseded]
-    # Stable sorts, last key first: score, then superseded after, then newest first.
+    # Stable sorts, last key first: score, then superseded after (before, for a
+    # question about the previous value), then newest first.
     order.sort(key=lambda h: h.row.id)
     order.sort(key=lambda h: when(h.row), reverse=True)
-    order.sort(key=lambda h: (-h.score, h.row.id in superseded))
+    order.sort(key=lambda h: (-h.score, (h.row.id in superseded) != previous))
     return order
 
 

@@ -127,6 +127,7 @@ METRICS: Final = (
     "stale@1",
     "current_vs_old",
     "as_of_acc",
+    "previous_p@1",
     "previous_r@5",
 )
 
@@ -565,7 +566,11 @@ def score_question(
         evidence = question.evidence or next(
             (v.turns for v in chain.values if v.value == question.expected), ()
         )
-        return {"previous_r@5": float(_rank_of(list(ranked)[:5], evidence) is not None)}
+        rank = _rank_of(list(ranked), evidence)
+        return {
+            "previous_p@1": float(rank == 1),
+            "previous_r@5": float(rank is not None and rank <= 5),
+        }
     raise ValueError(f"unknown question type {question.type!r}")
 
 

@@ -59,7 +59,7 @@ from engramdb.flows.shared import (
     message_item,
     record_of,
 )
-from engramdb.nlp.querytime import Period
+from engramdb.nlp.querytime import Period, asks_previous
 from engramdb.rewrite import looks_multipart, merge_hits, rewrite_query
 from engramdb.search import (
     FusionConfig,
@@ -71,6 +71,7 @@ from engramdb.search import (
     fuse,
     plan_query,
     rank_superseded,
+    subject_terms,
     when,
 )
 from engramdb.stores.base import MemoryRow, Scope, Store
@@ -121,6 +122,23 @@ def _weighed(
     if asks_when:
         hits = weigh_when(hits, config)
     return hits
+
+
+def mem0_details(explain: dict[str, Any], score: float) -> dict[str, Any]:
+    """``score_details``: engramdb's parts, and the same under mem0's key names.
+
+    mem0's hybrid search explains a hit with ``semantic_score`` (the cosine),
+    ``bm25_score`` (its normalised keyword score), ``entity_boost`` and
+    ``final_score`` (the score returned); code written against mem0 reads those.
+    """
+    parts = explain.get("parts") or {}
+    return {
+        **explain,
+        "semantic_score": explain.get("semantic", 0.0),
+        "bm25_score": parts.get("bm25", 0.0),
+        "entity_boost": explain.get("entity", 0.0),
+        "final_score": score,
+    }
 
 
 class ReadFlows(FlowState):
@@ -178,6 +196,7 @@ class ReadFlows(FlowState):
             supers,
             include_superseded=bool(include_superseded),
             pull=lambda row: where is None or evaluate(where, record_of(row)),
+            previous=asks_previous(text),
         )[:k]
         if any(h.row.id not in supers and h.row.superseder_ids for h in hits):
             # A pulled-in memory may itself be superseded: read those too.
@@ -196,7 +215,7 @@ class ReadFlows(FlowState):
                 "superseded_by": [r.id for r in supers.get(hit.row.id, ())],
             }
             if explain:
-                out["score_details"] = hit.explain
+                out["score_details"] = mem0_details(hit.explain, score)
             found.append((hit.row, out))
             if expand_links:
                 for linked_id in hit.row.linked_ids:
@@ -407,7 +426,7 @@ class ReadFlows(FlowState):
         from the query-rewrite lever are searched too and merged (rewrite.py).
         """
         cfg = self.fusion
-        plan = plan_query(query, cfg)
+        plan = plan_query(query, cfg, subject_terms(scope.user_id))
         second = cfg.rerank if rerank else None
         want = max(k, second.pool) if second is not None else k
         candidates = yield from store_call(
@@ -485,7 +504,7 @@ class ReadFlows(FlowState):
         weight = rewrite.weight if rewrite is not None else 1.0
         searched = list(first)
         for sub, sub_vec in subqueries:
-            sub_plan = plan_query(sub, cfg)
+            sub_plan = plan_query(sub, cfg, subject_terms(scope.user_id))
             sub_cands = yield from store_call(
                 Store.candidates,
                 scope,

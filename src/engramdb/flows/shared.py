@@ -117,8 +117,8 @@ def item(row: MemoryRow, linkable: set[str] | None = None) -> dict[str, Any]:
         value = getattr(row, key)
         if value is not None:
             out[key] = value
-    if row.expires_at is not None:
-        out["expiration_date"] = expiration_date(row.expires_at)
+    # mem0's results always carry expiration_date (None when the memory never expires).
+    out["expiration_date"] = expiration_date(row.expires_at) if row.expires_at is not None else None
     if row.run_ids:
         out["run_ids"] = [row.run_id, *row.run_ids] if row.run_id else list(row.run_ids)
     if row.agent_ids:

@@ -13,6 +13,7 @@ May call: :mod:`engramdb.flows.shared`, :mod:`engramdb.flows.extraction`
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
 from engramdb._engine import Complete, Flow, store_call
@@ -183,12 +184,20 @@ class WriteFlows(ExtractionFlows):
         # Each memory records which messages it borrowed words from (a stored
         # message by rowid, one of this add by index), so purging a message can
         # re-index it (stores/kernel/erasure.py).
+        # Only messages of the same conversation lend words (expand.same_conversation):
+        # this add's own, or stored ones of the same run said within the window.
         window = self.fusion.context_messages
         for attempt in range(2):
             said: list[tuple[str, int | None, int | None]] = []  # (content, rowid, index)
-            if window:
+            if window and prep.scope.run_id is not None:
                 earlier = yield from store_call(Store.recent_messages, prep.scope, window)
-                said = [(m.content, m.rowid, None) for m in earlier if m.role != "system"]
+                first = next((m.observed_at for m in prep.messages if m.observed_at), None)
+                said = [
+                    (m.content, m.rowid, None)
+                    for m in earlier
+                    if m.role != "system"
+                    and _near(m.observed_at, first, self.fusion.conversation_window_hours)
+                ]
             new = []
             for i, msg in enumerate(prep.messages):
                 if msg.role == "system" or not msg.content.strip():
@@ -294,3 +303,14 @@ class WriteFlows(ExtractionFlows):
         scope = check_scope(ids["user_id"], ids["agent_id"], ids["run_id"], what="failures()")
         found = yield from store_call(Store.failures, scope, include_resolved=include_resolved)
         return found
+
+
+def _near(said: str | None, now: str | None, hours: float) -> bool:
+    """Whether a stored message was said within ``hours`` of the new ones (unknown: yes)."""
+    if said is None or now is None:
+        return True
+    try:
+        gap = datetime.fromisoformat(now) - datetime.fromisoformat(said)
+    except ValueError:
+        return True
+    return abs(gap.total_seconds()) <= hours * 3600.0

@@ -17,7 +17,7 @@ import re
 
 from engramdb.nlp.reltime import find_relative_times
 
-__all__ = ["Period", "asks_when", "mentions_time", "query_periods"]
+__all__ = ["Period", "asks_previous", "asks_when", "mentions_time", "query_periods"]
 
 Period = tuple[dt.date, dt.date]
 """A day range, ``(first day, day after the last)``."""
@@ -171,3 +171,25 @@ def asks_when(query: str) -> bool:
 def mentions_time(text: str) -> bool:
     """Whether ``text`` says when something happened (a date, a weekday, "yesterday", ...)."""
     return _TIME_WORDS.search(text) is not None
+
+
+_ASKS_PREVIOUS = re.compile(
+    r"\b(?:used to|use to|previous(?:ly)?|formerly|former|prior to (?:that|this|now)|"
+    r"before (?:that|this|now|moving|switching|changing|getting)|"
+    r"(?:her|his|their|my|your|the user's|its) (?:old|last|first|original) |"
+    r"(?:what|which|where|who) (?:was|were) .{0,60}\bbefore\b|"
+    r"\bbefore\W*$|at first|originally|in the past)",
+    re.IGNORECASE,
+)
+
+
+def asks_previous(query: str) -> bool:
+    """Whether ``query`` asks what held *before* the present value.
+
+    "What car did Dana drive before?", "Where did the user use to live?",
+    "What was his previous job?", "her old phone number": the answer is the
+    version a newer memory replaced, not the current one. English only; a
+    "before" that anchors an event ("what did she do before the concert?")
+    is not a question about a replaced value and is not matched.
+    """
+    return _ASKS_PREVIOUS.search(query) is not None

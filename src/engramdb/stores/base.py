@@ -11,7 +11,7 @@ Every method that writes is one transaction: all of it lands or none of it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,9 +33,7 @@ from engramdb.core.records import (
     ScopeCounts,
     visible_scope,
 )
-
-if TYPE_CHECKING:  # _erasure imports this module
-    from engramdb.stores.kernel.erasure import ErasurePlan
+from engramdb.stores.kernel.erasure import ErasurePlan
 
 __all__ = [
     "KEEP",

@@ -1,0 +1,152 @@
+"""Ranking the way applications use engramdb: facts one add at a time, "the user", changes.
+
+Each test is a failure an independent user run found (issue 28 / 29), kept
+as the smallest store that shows it, with the real embedder and SQLite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from engramdb import Memory
+from engramdb.core.records import MemoryRow
+from engramdb.embedders import LocalEmbedder
+from engramdb.expand import same_conversation
+from engramdb.nlp.querytime import asks_previous
+from engramdb.search import FusionConfig, plan_query, subject_terms
+from rows import memory_row
+
+
+@pytest.fixture
+def mem(tmp_path: Path, embedder: LocalEmbedder) -> Memory:
+    return Memory(tmp_path / "e.db", embedder=embedder, llm=None)
+
+
+def _first(memory: Memory, query: str, **scope: str) -> str:
+    hits = memory.search(query, **scope, top_k=5)["results"]
+    assert hits, query
+    return str(hits[0]["memory"])
+
+
+def test_who_the_question_is_about_is_a_scope_fact_not_a_keyword(mem: Memory) -> None:
+    for text in (
+        "Alice likes Thai green curry",
+        "User's partner is called Sam",
+        "User's favourite band is Radiohead",
+        "I'm vegan and allergic to peanuts",
+        "We adopted a cat called Miso",
+    ):
+        mem.add(text, user_id="alice", infer=False)
+    # "the user" and the user's own name lift nothing by themselves: no keyword or
+    # entity points for the "User ..." summaries or the memory that names alice
+    hits = mem.search("What can the user not eat?", user_id="alice", explain=True)["results"]
+    for hit in hits:
+        assert hit["score_details"]["bm25"] == 0.0 and hit["score_details"]["entity"] == 0.0
+    hits = mem.search("What can alice not eat?", user_id="alice", explain=True)["results"]
+    assert hits[0]["memory"].startswith("I'm vegan")
+    curry = next(h for h in hits if h["memory"].startswith("Alice likes"))
+    assert curry["score_details"]["entity"] == 0.0 and curry["score_details"]["bm25"] == 0.0
+    assert _first(mem, "Who is the user's partner?", user_id="alice").startswith("User's partner")
+    plan = plan_query("What can alice not eat?", FusionConfig(), subject_terms("alice"))
+    assert "alice" not in plan.terms and "alice" not in plan.entities
+    assert "alice" in plan.names  # still a speaker name for the actor signal
+    assert subject_terms("alice_smith-2") >= {"alice", "smith", "user"}
+    assert "2" not in subject_terms("alice_smith-2")
+
+
+def test_facts_added_one_at_a_time_are_not_a_conversation(mem: Memory) -> None:
+    for text, day in (
+        ("We have a corgi named Mochi", "2024-03-01"),
+        ("My blood type is O negative", "2024-03-05"),
+        ("I work as a nurse at St Mary's", "2024-03-09"),
+    ):
+        mem.add(text, user_id="dana", infer=False, timestamp=f"{day}T10:00:00Z")
+    hits = mem.search("What is Dana's blood type?", user_id="dana", explain=True)["results"]
+    assert hits[0]["memory"] == "My blood type is O negative"
+    # no hit was lent a score by the fact stored next to it, nor borrowed its words
+    assert all("neighbour_of" not in h["score_details"] for h in hits)
+    corgi = next(h for h in hits if "corgi" in h["memory"])
+    assert corgi["score_details"]["bm25"] == 0.0
+
+
+def test_one_conversation_still_lends_to_its_neighbours(mem: Memory) -> None:
+    mem.add(
+        [
+            {"role": "user", "content": "How long have you had your boat?", "name": "Ann"},
+            {"role": "user", "content": "Three years now, since the spring.", "name": "Bo"},
+        ],
+        user_id="pair",
+        run_id="s1",
+        infer=False,
+        timestamp="2024-05-01T10:00:00Z",
+    )
+    hits = mem.search("How long has Bo had the boat?", user_id="pair", explain=True)["results"]
+    answer = next(h for h in hits if h["memory"].startswith("Three years"))
+    # the answer borrows the question's words: it is one conversation (one add)
+    assert answer["score_details"]["bm25"] > 0
+
+
+def _row(created: str, run: str | None, observed: str | None = None) -> MemoryRow:
+    return dataclasses.replace(memory_row("m", observed=observed), created_at=created, run_id=run)
+
+
+def test_same_conversation_rule() -> None:
+    a = _row("2024-01-01T10:00:00+00:00", None)
+    b = _row("2024-01-01T10:00:00+00:00", None)
+    c = _row("2024-01-01T10:00:05+00:00", None)
+    assert same_conversation(a, b, 6.0)  # one add: one transaction
+    assert not same_conversation(a, c, 6.0)  # separate adds without a run
+    r1 = _row("2024-01-01T10:00:00+00:00", "r", "2024-01-01T10:00:00+00:00")
+    r2 = _row("2024-01-01T11:00:00+00:00", "r", "2024-01-01T12:00:00+00:00")
+    r3 = _row("2024-01-02T11:00:00+00:00", "r", "2024-01-03T12:00:00+00:00")
+    assert same_conversation(r1, r2, 6.0)
+    assert not same_conversation(r1, r3, 6.0)
+
+
+def test_a_question_about_before_gets_the_replaced_version_first(mem: Memory) -> None:
+    old = mem.add("I drive a Kia Niro", user_id="eve", infer=False, timestamp="2024-01-10")
+    old_id = old["results"][0]["id"]
+    mem.add("Something else entirely about gardening", user_id="eve", infer=False)
+    mem.add(
+        "We sold the Kia; I drive a Ford Focus now",
+        user_id="eve",
+        infer=False,
+        timestamp="2024-06-10",
+        links={old_id: "updates"},
+    )
+    assert _first(mem, "What car does eve drive?", user_id="eve").startswith("We sold the Kia")
+    assert _first(mem, "What car did eve drive before?", user_id="eve") == "I drive a Kia Niro"
+    assert _first(mem, "What was her previous car?", user_id="eve") == "I drive a Kia Niro"
+
+
+@pytest.mark.parametrize(
+    ("question", "previous"),
+    [
+        ("What car did Dana drive before?", True),
+        ("Where did the user use to live?", True),
+        ("What was his previous job?", True),
+        ("What is her old phone number?", True),
+        ("Which city was Idris based in before moving to Gdansk?", True),
+        ("What did she do before the concert?", False),
+        ("Where does Dana live now?", False),
+        ("How old is Dana?", False),
+        ("When did Caroline go to the support group?", False),
+    ],
+)
+def test_asks_previous(question: str, previous: bool) -> None:
+    assert asks_previous(question) is previous
+
+
+def test_mem0_result_shape(mem: Memory) -> None:
+    mem.add("I like tea", user_id="u", infer=False)
+    hit = mem.search("tea", user_id="u", explain=True)["results"][0]
+    assert "expiration_date" in hit and hit["expiration_date"] is None
+    details = hit["score_details"]
+    for key in ("semantic_score", "bm25_score", "entity_boost", "final_score"):
+        assert key in details
+    assert details["final_score"] == hit["score"]
+    listed = mem.get_all(user_id="u")["results"][0]
+    assert listed["expiration_date"] is None
