@@ -40,7 +40,6 @@ __all__ = [
     "KEYWORD_ONLY",
     "FusionConfig",
     "Hit",
-    "LearnedFusion",
     "QueryPlan",
     "ScoreCalibration",
     "apply_recency",
@@ -103,44 +102,9 @@ FEATURES: tuple[str, ...] = (
     "message",
     "length",
 )
-"""The features a learned fusion reads for each candidate (:func:`candidate_features`)."""
-
-
-class LearnedFusion(BaseModel):
-    """A logistic model over cheap per-candidate features: ``score = P(answers the query)``.
-
-    ``score = 1 / (1 + exp(-(intercept + sum(coef[f] * feature[f]))))``. Every
-    feature depends on the query and the memory (and the scope's keyword
-    statistics), never on the other candidates, so a memory gets the same score
-    for a query whatever else is in the pool, and a threshold means the same in
-    every store. Trained by ``scripts/train_fusion.py`` on the development suite
-    (``engram bench retrieval --dump``) and shipped as ``data/fusion_v1.json``.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    version: str
-    features: tuple[str, ...]
-    coef: tuple[float, ...]
-    intercept: float
-    trained_on: dict[str, Any] = Field(default_factory=dict)
-    """What the model was fitted on (shapes, questions, candidates), for the record."""
-
-    def probability(self, values: Sequence[float]) -> float:
-        """The score of one candidate's feature values (in :attr:`features` order)."""
-        z = self.intercept + sum(c * v for c, v in zip(self.coef, values, strict=True))
-        if z < -700:
-            return 0.0
-        return 1.0 / (1.0 + math.exp(-z))
-
-
-@lru_cache(maxsize=1)
-def shipped_fusion() -> LearnedFusion:
-    """The learned fusion shipped with engramdb (``engramdb/data/fusion_v1.json``)."""
-    from importlib import resources
-
-    text = resources.files("engramdb").joinpath("data/fusion_v1.json").read_text("utf-8")
-    return LearnedFusion.model_validate_json(text)
+"""Cheap per-candidate features, shown in ``score_details["features"]``
+(:func:`candidate_features`): what a learned fusion would read
+(``scripts/train_fusion.py`` fits one on the development suite's dumps)."""
 
 
 def candidate_features(
@@ -152,7 +116,7 @@ def candidate_features(
     keyword_query: bool,
     row: MemoryRow,
 ) -> dict[str, float]:
-    """The learned fusion's features of one candidate (:data:`FEATURES`)."""
+    """The features of one candidate (:data:`FEATURES`); none depends on the other candidates."""
     return {
         "semantic": sem_part,
         "bm25": bm_part,
@@ -191,7 +155,7 @@ class FusionConfig(BaseModel):
 
     # Defaults chosen on the LoCoMo dev data (docs/retrieval.md): flat within about
     # 0.01 around them, and clearly better than RRF for this embedder.
-    method: Literal["rrf", "weighted", "learned"] = "weighted"
+    method: Literal["rrf", "weighted"] = "weighted"
     semantic_weight: float = Field(default=1.0, ge=0)
     bm25_weight: float = Field(default=1.25, ge=0)
     entity_weight: float = Field(default=0.1, ge=0)
@@ -211,9 +175,6 @@ class FusionConfig(BaseModel):
     memory's best score) before the second-stage levers (:mod:`engramdb.rewrite`).
     An LLM failure or unusable reply searches the question alone. Off because it
     costs an LLM call per search (docs/retrieval.md, "Query rewriting")."""
-    learned: LearnedFusion | None = None
-    """The model of ``method="learned"`` (``None``: the one shipped in the package,
-    :func:`shipped_fusion`)."""
     calibration: ScoreCalibration | None = ScoreCalibration()
     """How the returned ``score`` is read from the fused one; ``None``: the fused score
     itself. Fitted for the default weights; the presets other than the default turn it off."""
@@ -518,7 +479,6 @@ def fuse(
         if config.informative_terms > 0
         else None
     )
-    model = (config.learned or shipped_fusion()) if config.method == "learned" else None
     features: list[dict[str, float]] = []
     scored: list[tuple[float, float, float, float, int]] = []
     for i, cand in enumerate(candidates):
@@ -532,9 +492,7 @@ def fuse(
             sem_part, bm_part, cover, ent[i], actor_part, bool(bm_ranks), cand.row
         )
         features.append(feats)
-        if model is not None:
-            score = model.probability([feats[f] for f in model.features])
-        elif config.method == "rrf":
+        if config.method == "rrf":
             raw = sum(
                 w / (config.rrf_k + ranks[i])
                 for w, ranks in ((w_s, sem_ranks), (w_b, bm_ranks), (w_e, ent_ranks))
@@ -571,7 +529,7 @@ def fuse(
                     },
                     "fusion": score,
                     "features": features[i],
-                    **({"relative": min(1.0, score / best)} if best and model is None else {}),
+                    **({"relative": min(1.0, score / best)} if best else {}),
                     **({"informative": informative[i]} if informative is not None else {}),
                     "method": config.method,
                     "rank": {
@@ -618,8 +576,7 @@ def _best_fused(
 def calibrate(hits: list[Hit], config: FusionConfig) -> list[Hit]:
     """``hits`` with their calibrated scores (same order); unchanged without a calibration."""
     cal = config.calibration
-    if cal is None or config.method == "learned":
-        # A learned fusion's score is already a probability.
+    if cal is None:
         return hits
     return [Hit(h.row, cal.apply(h.explain.get("relative", h.score)), h.explain) for h in hits]
 
