@@ -18,7 +18,7 @@ Layout, by command group, as the Python API is grouped:
 - :mod:`~engramdb.cli.demo`: ``engram demo``;
 - :mod:`~engramdb.cli.serve`: ``engram serve`` and ``engram mcp``;
 - :mod:`~engramdb.cli.keys`: ``engram keys …``;
-- :mod:`~engramdb.cli.bench`: ``engram bench …``;
+- :mod:`~engramdb.cli.bench` and :mod:`~engramdb.cli.bench_runs`: ``engram bench …``;
 - :mod:`~engramdb.cli.maintain`: ``engram maintain``;
 - :mod:`~engramdb.cli.reembed`: ``engram reembed``.
 
@@ -37,7 +37,7 @@ from engramdb.cli import memories
 from engramdb.cli import demo
 from engramdb.cli import serve
 from engramdb.cli import keys
-from engramdb.cli import bench
+from engramdb.cli import bench, bench_runs
 from engramdb.cli import maintain
 from engramdb.cli import reembed
 
@@ -45,7 +45,7 @@ from engramdb.cli import reembed
 
 __all__ = ["app", "main"]
 
-_COMMAND_MODULES = (memories, demo, serve, keys, bench, maintain, reembed)
+_COMMAND_MODULES = (memories, demo, serve, keys, bench, bench_runs, maintain, reembed)
 """The command modules, in registration order (imported for their commands)."""
 
 
