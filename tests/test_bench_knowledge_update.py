@@ -142,7 +142,7 @@ def test_score_question_by_hand() -> None:
         "current_vs_old": 1.0,
     }
     assert ku.score_question(chain, as_of, ranked) == {"as_of_acc": 0.0}
-    assert ku.score_question(chain, before, ranked) == {"previous_r@5": 1.0}
+    assert ku.score_question(chain, before, ranked) == {"previous_p@1": 0.0, "previous_r@5": 1.0}
     # The old value on top: stale; the current one at rank 4.
     ranked = [["s1t1"], ["x"], ["y"], ["s2t1"], ["z"], ["w"]]
     assert ku.score_question(chain, current, ranked) == {
@@ -161,7 +161,7 @@ def test_score_question_by_hand() -> None:
     assert ku.score_question(chain, as_of, ranked) == {"as_of_acc": 1.0}
     # The previous value only at rank 6: not within 5; the as-of value never found.
     ranked = [["s2t1"], ["a"], ["b"], ["c"], ["d"], ["s1t1"]]
-    assert ku.score_question(chain, before, ranked) == {"previous_r@5": 0.0}
+    assert ku.score_question(chain, before, ranked) == {"previous_p@1": 0.0, "previous_r@5": 0.0}
     assert ku.score_question(chain, as_of, [["s2t1"]]) == {"as_of_acc": 0.0}
     assert ku.score_question(chain, current, []) == {
         "current_p@1": 0.0,

@@ -150,3 +150,54 @@ def test_mem0_result_shape(mem: Memory) -> None:
     assert details["final_score"] == hit["score"]
     listed = mem.get_all(user_id="u")["results"][0]
     assert listed["expiration_date"] is None
+
+
+def test_the_top_answer_does_not_depend_on_top_k(mem: Memory) -> None:
+    """single -> dating -> engaged -> married: whichever version matches, the latest wins."""
+    previous = None
+    for day, text in (
+        ("2024-01-05", "Dana is single and not looking"),
+        ("2024-03-05", "Dana is dating Sam, they met at the climbing gym"),
+        ("2024-06-05", "Dana and Sam got engaged in Lisbon"),
+        ("2024-09-05", "Dana married Sam in a small ceremony"),
+    ):
+        links = {previous: "updates"} if previous else None
+        out = mem.add(text, user_id="dana", infer=False, timestamp=day, links=links)
+        previous = out["results"][0]["id"]
+    for i in range(30):  # others' news, dating included
+        mem.add(f"Colleague {i} is dating someone from the office", user_id="dana", infer=False)
+    tops = {
+        k: mem.search("Who is Dana dating?", user_id="dana", top_k=k)["results"][0]["memory"]
+        for k in (1, 5, 10, 50)
+    }
+    assert set(tops.values()) == {"Dana married Sam in a small ceremony"}, tops
+
+
+def test_the_extraction_prompt_shows_the_latest_version_of_a_related_chain(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    """Austin shown, Melbourne not: Gdansk could not supersede Melbourne. Now it is shown."""
+    import json
+
+    from engramdb.llms import ScriptedLLM
+
+    llm = ScriptedLLM([json.dumps({"memory": []})])
+    with Memory(tmp_path / "e.db", embedder=embedder, llm=llm) as m:
+        austin = m.add("Idris lives in Austin, Texas", user_id="idris", infer=False)
+        austin_id = austin["results"][0]["id"]
+        # the replacement shares no words with what is said next
+        m.add(
+            "Moved to Melbourne for the new role",
+            user_id="idris",
+            infer=False,
+            links={austin_id: "updates"},
+        )
+        for i in range(30):  # they fill the related budget after Austin, before Melbourne
+            m.add(f"Idris packed box {i} of Texas souvenirs for a move", user_id="idris", infer=False)
+        m.add(
+            [{"role": "user", "content": "Packing up Austin, Texas for good: Gdansk, here I come"}],
+            user_id="idris",
+        )
+    prompt = "\n".join(str(msg["content"]) for msg in llm.calls[0].messages)
+    assert "Idris lives in Austin, Texas" in prompt
+    assert "Moved to Melbourne for the new role" in prompt

@@ -57,12 +57,15 @@ from engramdb.flows.change import ChangeFlows
 from engramdb.flows.read import ReadFlows
 from engramdb.flows.shared import Prepared, entities_of
 from engramdb.nlp import document_terms
-from engramdb.search import document_text
+from engramdb.search import document_text, when
 from engramdb.stores.base import AddOutcome, MemoryRow, NewMemory, Scope, Store
 
 log = logging.getLogger("engramdb")
 
 T = TypeVar("T")
+
+CHAIN_STEPS = 8
+"""Versions followed at most from a related memory to the latest of its chain."""
 
 REPLY_BASE_TOKENS = 256
 """Reply tokens every extraction call may use whatever its material (see ``_budget``)."""
@@ -316,13 +319,37 @@ class ExtractionFlows(ReadFlows, ChangeFlows):
         return {"results": results}
 
     def _related(self, scope: Scope, text: str, k: int) -> Flow[list[MemoryRow]]:
-        """Existing memories of the scope most related to ``text`` (hybrid search)."""
+        """Existing memories of the scope most related to ``text`` (hybrid search).
+
+        Each related memory that was replaced is followed by the latest version
+        of its chain (what superseded it, and what superseded that): a change
+        can only be linked to a memory the request shows, and it must be linked
+        to the version that holds now (Austin shown, Melbourne not, and Gdansk
+        could not supersede Melbourne).
+        """
         if k <= 0 or not text.strip():
             return []
         yield from self._bind()
         vec = yield EmbedQuery(text[: self.limits.max_text_chars])
         hits = yield from self._hybrid(scope, None, text, vec, k)
-        return [h.row for h in hits]
+        rows = [h.row for h in hits]
+        seen = {r.id for r in rows}
+        supers = yield from self._superseders(rows, scope)
+        out: list[MemoryRow] = []
+        for row in rows:
+            out.append(row)
+            chain = supers.get(row.id, [])
+            for _ in range(CHAIN_STEPS):
+                if not chain:
+                    break
+                newest = max(chain, key=when)
+                if newest.id in seen:
+                    break
+                seen.add(newest.id)
+                out.append(newest)
+                more = yield from self._superseders([newest], scope)
+                chain = more.get(newest.id, [])
+        return out
 
     def _budget(self, material: str) -> int | None:
         """The reply-token cap of one extraction call whose material is ``material``.

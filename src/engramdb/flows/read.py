@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import date, datetime
 from typing import Any
@@ -124,6 +124,13 @@ def _weighed(
     return hits
 
 
+ORDER_DEPTH = 20
+"""Hits a search orders (fusion, levers, supersession) before cutting to ``top_k``."""
+
+CHAIN_PASSES = 4
+"""Times the supersession order is settled again for superseders of pulled-in memories."""
+
+
 def mem0_details(explain: dict[str, Any], score: float) -> dict[str, Any]:
     """``score_details``: engramdb's parts, and the same under mem0's key names.
 
@@ -176,34 +183,30 @@ class ReadFlows(FlowState):
         yield from self._bind()
         vec = yield EmbedQuery(text)
         subqueries = yield from self._rewrite(text)
+        # The order is settled on at least ORDER_DEPTH hits and cut to top_k last, so
+        # the first results do not depend on top_k (a superseder found below the
+        # cut still lifts over what it replaces).
         hits = yield from self._hybrid(
             scope,
             where,
             text,
             vec,
-            k,
+            max(k, ORDER_DEPTH),
             subqueries=subqueries,
             rerank=rerank is not False,
             include_expired=bool(show_expired) or at is not None,
             now=at,
         )
         hits = apply_recency(hits, self.fusion, at or utc_now())
-        # Superseders come from the search's own scope: a run-scoped search never
-        # pulls in (or is told about) another run's memory.
-        supers = yield from self._superseders([h.row for h in hits], scope, at)
-        hits = rank_superseded(
+        hits, supers = yield from self._chains(
             hits,
-            supers,
+            scope,
+            at,
             include_superseded=bool(include_superseded),
             pull=lambda row: where is None or evaluate(where, record_of(row)),
             previous=asks_previous(text),
-        )[:k]
-        if any(h.row.id not in supers and h.row.superseder_ids for h in hits):
-            # A pulled-in memory may itself be superseded: read those too.
-            more = yield from self._superseders(
-                [h.row for h in hits if h.row.id not in supers], scope, at
-            )
-            supers.update(more)
+        )
+        hits = hits[:k]
         found: list[tuple[MemoryRow, dict[str, Any]]] = []
         seen = {h.row.id for h in hits}
         for hit in hits:
@@ -383,6 +386,46 @@ class ReadFlows(FlowState):
                     continue
                 out.setdefault(row.id, []).append(other)
         return out
+
+    def _chains(
+        self,
+        hits: list[Hit],
+        scope: Scope,
+        at: str | None,
+        *,
+        include_superseded: bool,
+        pull: Callable[[MemoryRow], bool],
+        previous: bool,
+    ) -> Flow[tuple[list[Hit], dict[str, list[MemoryRow]]]]:
+        """Hits ordered by their supersession chains, and every superseder read.
+
+        A superseder pulled in for a hit may itself be superseded (single →
+        dating → engaged → married): its own superseders are read and the
+        order settled again, until a pass pulls in nothing new (at most
+        ``CHAIN_PASSES``), so the latest version of a chain is the one that
+        rises, whichever version matched. Superseders come from the search's
+        own scope: a run-scoped search never pulls in another run's memory.
+        """
+        supers = yield from self._superseders([h.row for h in hits], scope, at)
+        asked = {h.row.id for h in hits}
+        ranked = hits
+        for _ in range(CHAIN_PASSES):
+            ranked = rank_superseded(
+                [Hit(h.row, h.score, dict(h.explain)) for h in hits],
+                supers,
+                include_superseded=include_superseded,
+                pull=pull,
+                previous=previous,
+            )
+            unread = [h.row for h in ranked if h.row.id not in asked]
+            if not unread:
+                break
+            asked.update(r.id for r in unread)
+            more = yield from self._superseders(unread, scope, at)
+            if not more:
+                break
+            supers.update(more)
+        return ranked, supers
 
     def _rewrite(self, query: str) -> Flow[list[tuple[str, Any]]]:
         """The query-rewrite lever: the LLM's sub-queries and their vectors (none when off).
