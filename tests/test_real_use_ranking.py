@@ -193,7 +193,9 @@ def test_the_extraction_prompt_shows_the_latest_version_of_a_related_chain(
             links={austin_id: "updates"},
         )
         for i in range(30):  # they fill the related budget after Austin, before Melbourne
-            m.add(f"Idris packed box {i} of Texas souvenirs for a move", user_id="idris", infer=False)
+            m.add(
+                f"Idris packed box {i} of Texas souvenirs for a move", user_id="idris", infer=False
+            )
         m.add(
             [{"role": "user", "content": "Packing up Austin, Texas for good: Gdansk, here I come"}],
             user_id="idris",
