@@ -164,6 +164,13 @@ class FusionConfig(BaseModel):
     cosine_floor: float = Field(default=0.7, ge=-1, lt=1)
     """multilingual-e5-small puts unrelated sentences at 0.70-0.82: that is "nothing"."""
     bm25_half: float = Field(default=6.0, gt=0)
+    bm25_cover_power: float = Field(default=0.0, ge=0, le=4)
+    """Keyword coverage (0: off): the BM25 part of a candidate is multiplied by
+    ``cover ** bm25_cover_power``, where ``cover`` is its BM25 over what a memory
+    holding every query word would score (the share of the query's keyword weight it
+    matches), and the keyword weight counts in the normalisation only as much as the
+    best candidate covers. A match on one word of many (the person's name) then lifts
+    little, and memories matching no keyword lose less. Weighted fusion only."""
     pool: int = Field(default=50, ge=1)
     """Candidates taken from each ranked signal (at least ``top_k``)."""
     rerank: RerankConfig | None = None
@@ -468,8 +475,19 @@ def fuse(
     )
     # Only the signals this query can use count in the normalisation, so a query
     # with no keyword match or nobody named can still score 1.
+    cover_power = config.bm25_cover_power if config.method == "weighted" else 0.0
+    top_cover = (
+        max(
+            (min(1.0, c.bm25 / c.bm25_best) for c in candidates if c.bm25_best > 0),
+            default=0.0,
+        )
+        if cover_power > 0
+        else 1.0
+    )
     active = w_s
-    active += w_b if bm_ranks else 0.0
+    # With bm25_cover_power, a keyword signal whose best match covers little of
+    # the query (a name alone) weighs as little in the normalisation as it adds.
+    active += w_b * top_cover**cover_power if bm_ranks else 0.0
     active += w_e if ent_ranks else 0.0
     active += w_a if any(actor.values()) else 0.0
     active = active or 1.0
@@ -492,6 +510,8 @@ def fuse(
             sem_part, bm_part, cover, ent[i], actor_part, bool(bm_ranks), cand.row
         )
         features.append(feats)
+        if cover_power > 0:
+            bm_part *= cover**cover_power
         if config.method == "rrf":
             raw = sum(
                 w / (config.rrf_k + ranks[i])
