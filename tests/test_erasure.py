@@ -55,9 +55,12 @@ def keyword_hits(m: Memory, query: str, **scope: str) -> list[str]:
 
 
 def _passport(m: Memory, user: str = "u") -> tuple[str, str]:
-    m.add("hello, I have something to tell you", user_id=user)
-    mid = m.add(f"my passport number is {SECRET}", user_id=user)["results"][0]["id"]
-    neighbour = m.add("that is the one I travel with abroad", user_id=user)["results"][0]["id"]
+    # One conversation (one run), one message an add: each borrows the words of the
+    # message before it (expand.same_conversation).
+    chat = {"user_id": user, "run_id": "chat-1"}
+    m.add("hello, I have something to tell you", **chat)
+    mid = m.add(f"my passport number is {SECRET}", **chat)["results"][0]["id"]
+    neighbour = m.add("that is the one I travel with abroad", **chat)["results"][0]["id"]
     return mid, neighbour
 
 
@@ -84,16 +87,18 @@ def test_purge_of_a_scope_reindexes_memories_outside_it(mem: Memory) -> None:
             {"role": "user", "content": "my boat is the Plimsoll9921"},
         ],
         user_id="u",
+        agent_id="a",
         run_id="r1",
     )
-    # Same user, no run: its context is the user's last message, inside the run.
-    mem.add("she sails well in a storm", user_id="u")
+    # Same user and run, no agent: outside the scope {u, a}; its context is the run's
+    # last message, which lies inside it.
+    mem.add("she sails well in a storm", user_id="u", run_id="r1")
     mem.add("unrelated", user_id="other")
     assert sorted(keyword_hits(mem, "Plimsoll9921", user_id="u")) == [
         "my boat is the Plimsoll9921",
         "she sails well in a storm",
     ]
-    assert mem.purge(user_id="u", run_id="r1")["purged"] == 1
+    assert mem.purge(user_id="u", agent_id="a")["purged"] == 1
     assert keyword_hits(mem, "Plimsoll9921", user_id="u") == []
     assert [r["memory"] for r in mem.get_all(user_id="u")["results"]] == [
         "she sails well in a storm"
@@ -224,9 +229,13 @@ def test_a_write_between_plan_and_purge_is_planned_again(mem: Memory) -> None:
 
 
 def test_verbatim_add_records_its_context(mem: Memory) -> None:
-    mem.add([{"role": "user", "content": "one"}, {"role": "user", "content": "two"}], user_id="u")
-    mem.add("three", user_id="u")
-    # "two" borrows from "one" (same add), "three" from "two" (stored before).
+    chat = {"user_id": "u", "run_id": "c1"}
+    mem.add([{"role": "user", "content": "one"}, {"role": "user", "content": "two"}], **chat)
+    mem.add("three", **chat)
+    # "two" borrows from "one" (same add), "three" from "two" (stored before, same run).
+    assert raw_count(mem.store, "memory_context") == 2
+    # A fact added on its own, without a run, is no conversation: it borrows nothing.
+    mem.add("four", user_id="u")
     assert raw_count(mem.store, "memory_context") == 2
     store: Any = mem.store
     assert all(m.rowid is not None for m in store.recent_messages(Scope("u"), 5))

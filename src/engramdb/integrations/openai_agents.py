@@ -128,6 +128,7 @@ def memory_tools(
     toolbox = _Toolbox(
         base,
         scope_from_context,
+        root=memory,
         infer=infer,
         metadata=check_metadata(metadata),
         default_limit=default_limit,
@@ -146,6 +147,7 @@ class _Toolbox:
         base: _AnyMemory,
         scope_from_context: ScopeFromContext | None,
         *,
+        root: _AnyMemory | None = None,
         infer: bool,
         metadata: dict[str, Any],
         default_limit: int,
@@ -153,6 +155,10 @@ class _Toolbox:
         threshold: float | None,
     ) -> None:
         self.base = base
+        self.root = root if root is not None else base
+        """The memory the per-call views are made from: the application's own, so a
+        view names the run context's user with the fixed agent (a view made from the
+        fixed agent's view would be an agent-only view, which names no user)."""
         self.scope_from_context = scope_from_context
         self.infer = infer
         self.metadata = metadata
@@ -174,7 +180,17 @@ class _Toolbox:
             # Falling back to the fixed ids alone would widen the scope (say, to
             # every user of an agent) exactly when the context lacks its user.
             raise ScopeError("scope_from_context returned no scope id for this run")
-        return self.base.scoped(
+        fixed = self.base.within
+        if fixed is not None:
+            for kind, value in fixed.items():
+                given = ids.get(kind)
+                if given is not None and given != value:
+                    raise ScopeError(
+                        f"scope_from_context returned {kind}={given!r}; these tools are bound "
+                        f"to {kind}={value!r}"
+                    )
+                ids[kind] = value
+        return self.root.scoped(
             user_id=ids.get("user_id"), agent_id=ids.get("agent_id"), run_id=ids.get("run_id")
         )
 
