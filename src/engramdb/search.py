@@ -107,6 +107,11 @@ FEATURES: tuple[str, ...] = (
 (``scripts/train_fusion.py`` fits one on the development suite's dumps)."""
 
 
+def _cover(cand: Candidate) -> float:
+    """The share of the query's keyword weight a candidate matches (its BM25 over the best)."""
+    return min(1.0, cand.bm25 / cand.bm25_best) if cand.bm25_best > 0 else 0.0
+
+
 def candidate_features(
     sem_part: float,
     bm_part: float,
@@ -478,7 +483,7 @@ def fuse(
     cover_power = config.bm25_cover_power if config.method == "weighted" else 0.0
     top_cover = (
         max(
-            (min(1.0, c.bm25 / c.bm25_best) for c in candidates if c.bm25_best > 0),
+            (_cover(c) for c in candidates if c.bm25_best > 0),
             default=0.0,
         )
         if cover_power > 0
@@ -497,7 +502,6 @@ def fuse(
         if config.informative_terms > 0
         else None
     )
-    features: list[dict[str, float]] = []
     scored: list[tuple[float, float, float, float, int]] = []
     for i, cand in enumerate(candidates):
         sem_part = min(
@@ -505,13 +509,8 @@ def fuse(
         )
         bm_part = cand.bm25 / (cand.bm25 + config.bm25_half)
         actor_part = 1.0 if actor[i] else 0.0
-        cover = min(1.0, cand.bm25 / cand.bm25_best) if cand.bm25_best > 0 else 0.0
-        feats = candidate_features(
-            sem_part, bm_part, cover, ent[i], actor_part, bool(bm_ranks), cand.row
-        )
-        features.append(feats)
         if cover_power > 0:
-            bm_part *= cover**cover_power
+            bm_part *= _cover(cand) ** cover_power
         if config.method == "rrf":
             raw = sum(
                 w / (config.rrf_k + ranks[i])
@@ -548,7 +547,16 @@ def fuse(
                         "actor": actor_part,
                     },
                     "fusion": score,
-                    "features": features[i],
+                    # Built for the kept hits only: a search scores ~100 candidates.
+                    "features": candidate_features(
+                        sem_part,
+                        bm_part,
+                        _cover(cand),
+                        ent[i],
+                        actor_part,
+                        bool(bm_ranks),
+                        cand.row,
+                    ),
                     **({"relative": min(1.0, score / best)} if best else {}),
                     **({"informative": informative[i]} if informative is not None else {}),
                     "method": config.method,
