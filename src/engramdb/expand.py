@@ -73,16 +73,17 @@ def same_conversation(a: MemoryRow, b: MemoryRow, hours: float) -> bool:
         return True
     if a.run_id is None or a.run_id != b.run_id:
         return False
-    return abs(_hours_between(when(a), when(b))) <= hours
+    gap = hours_apart(when(a), when(b))
+    return gap is not None and gap <= hours
 
 
-def _hours_between(start: str, end: str) -> float:
+def hours_apart(first: str, second: str) -> float | None:
+    """Hours between two ISO instants, either order; ``None`` when one does not parse."""
     try:
-        first = dt.datetime.fromisoformat(start)
-        second = dt.datetime.fromisoformat(end)
+        delta = dt.datetime.fromisoformat(second) - dt.datetime.fromisoformat(first)
     except ValueError:
-        return float("inf")
-    return (second - first).total_seconds() / 3600.0
+        return None
+    return abs(delta.total_seconds()) / 3600.0
 
 
 def neighbours_on(config: FusionConfig) -> bool:

@@ -13,7 +13,6 @@ May call: :mod:`engramdb.flows.shared`, :mod:`engramdb.flows.extraction`
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Any
 
 from engramdb._engine import Complete, Flow, store_call
@@ -28,6 +27,7 @@ from engramdb.errors import (
     ScopeError,
     ValidationError,
 )
+from engramdb.expand import hours_apart
 from engramdb.extract import ChatMessage, image_parts, parse_description, vision_prompt
 from engramdb.flows.extraction import ExtractionFlows
 from engramdb.flows.shared import Prepared, expires_at_of
@@ -309,8 +309,5 @@ def _near(said: str | None, now: str | None, hours: float) -> bool:
     """Whether a stored message was said within ``hours`` of the new ones (unknown: yes)."""
     if said is None or now is None:
         return True
-    try:
-        gap = datetime.fromisoformat(now) - datetime.fromisoformat(said)
-    except ValueError:
-        return True
-    return abs(gap.total_seconds()) <= hours * 3600.0
+    gap = hours_apart(said, now)
+    return gap is None or gap <= hours
