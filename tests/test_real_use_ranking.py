@@ -16,7 +16,7 @@ from engramdb.core.records import MemoryRow
 from engramdb.embedders import LocalEmbedder
 from engramdb.expand import same_conversation
 from engramdb.nlp.querytime import asks_previous
-from engramdb.search import FusionConfig, plan_query, subject_terms
+from engramdb.search import FusionConfig, plan_query, subject_free_text, subject_terms
 from rows import memory_row
 
 
@@ -55,6 +55,35 @@ def test_who_the_question_is_about_is_a_scope_fact_not_a_keyword(mem: Memory) ->
     assert "alice" in plan.names  # still a speaker name for the actor signal
     assert subject_terms("alice_smith-2") >= {"alice", "smith", "user"}
     assert "2" not in subject_terms("alice_smith-2")
+
+
+def test_the_subject_is_kept_out_of_the_vectors(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    facts = (
+        "User's partner is called Sam",
+        "User's favourite band is Radiohead",
+        "I'm vegan and allergic to peanuts",
+        "We adopted a cat called Miso",
+    )
+    assert subject_free_text("User's partner is called Sam") == "partner is called Sam"
+    assert subject_free_text("The user has a dog.") == "has a dog."
+    assert subject_free_text("Sam is the user's partner") == "Sam is partner"
+    assert subject_free_text("User") == "User"  # never embeds an empty text
+    assert subject_free_text("What does the user eat?") == "What does eat?"
+    firsts = {}
+    for free in (True, False):
+        memory = Memory(
+            tmp_path / f"{free}.db",
+            embedder=embedder,
+            llm=None,
+            config={"retrieval": {"subject_free": free}},
+        )
+        for text in facts:
+            memory.add(text, user_id="u1", infer=False)
+        firsts[free] = _first(memory, "What can the user not eat?", user_id="u1")
+    # The small model matches the word "user": with it in the vectors, a "User's ..."
+    # summary outranks the first-person memory that answers.
+    assert firsts[True].startswith("I'm vegan")
+    assert not firsts[False].startswith("I'm vegan")
 
 
 def test_facts_added_one_at_a_time_are_not_a_conversation(mem: Memory) -> None:

@@ -50,8 +50,10 @@ __all__ = [
     "fuse",
     "informative_factors",
     "plan_query",
+    "query_embedding_text",
     "rank_superseded",
     "recency_factor",
+    "subject_free_text",
     "subject_terms",
     "when",
 ]
@@ -197,6 +199,13 @@ class FusionConfig(BaseModel):
     embed_actor: bool = True
     """Index time: a memory with an ``actor_id`` is embedded as ``"actor: text"``,
     so a question about a person finds what that person said."""
+    subject_free: bool = True
+    """Who a memory or question is about is a scope fact, kept out of the vectors
+    (:func:`subject_free_text`): "User's partner is called Sam" is embedded as
+    "partner is called Sam", and "What does the user eat?" as "What does eat?".
+    Otherwise the small embedder matches the word *user* and ranks every "User ..."
+    summary above the first-person memory that answers. Index time for memories
+    (``engram reembed`` brings older ones in line), search time for queries."""
     recency_weight: float = Field(default=0.0, ge=0, le=1)
     """Decay as a ranking signal (0: off, the default): a hit's score is multiplied by
     ``1 - recency_weight * (1 - 2 ** (-age_days / recency_half_life_days))``, where the
@@ -392,9 +401,38 @@ def plan_query(
     )
 
 
+_LEADING_USER = re.compile(r"^\s*(?:the\s+)?user(?:'s|\u2019s)?\s+(?=\S)", re.IGNORECASE)
+_THE_USER = re.compile(r"\bthe\s+user(?:'s|\u2019s)?\s*", re.IGNORECASE)
+
+
+def subject_free_text(text: str) -> str:
+    """``text`` without the words that only say it is about the store's user.
+
+    A leading "User"/"The user"/"User's" goes, and "the user('s)" anywhere:
+    "User's partner is called Sam" -> "partner is called Sam". What remains
+    is what is said. A text that would be left empty is returned unchanged.
+    Names are kept: "Dana is dating Sam" and "Colleague 1 is dating someone"
+    differ by who, and only the name tells them apart.
+    """
+    out = _THE_USER.sub("", _LEADING_USER.sub("", text)).strip()
+    return out if out else text
+
+
 def document_text(text: str, actor_id: str | None, config: FusionConfig) -> str:
-    """What is embedded for a memory: its text, after its speaker when known."""
-    return f"{actor_id}: {text}" if config.embed_actor and actor_id else text
+    """What is embedded for a memory: its text, after its speaker when known.
+
+    With ``subject_free`` the text is :func:`subject_free_text`'s.
+    """
+    body = subject_free_text(text) if config.subject_free else text
+    return f"{actor_id}: {body}" if config.embed_actor and actor_id else body
+
+
+def query_embedding_text(query: str, config: FusionConfig) -> str:
+    """What is embedded for a query.
+
+    Without "the user" (:func:`subject_free_text`) when ``subject_free`` is on.
+    """
+    return subject_free_text(query) if config.subject_free else query
 
 
 def _entity_strength(entities: list[tuple[str, int]]) -> float:

@@ -70,6 +70,7 @@ from engramdb.search import (
     calibrate,
     fuse,
     plan_query,
+    query_embedding_text,
     rank_superseded,
     subject_terms,
     when,
@@ -181,7 +182,7 @@ class ReadFlows(FlowState):
         if rerank and (self.fusion.rerank is None or self.reranker is None):
             log.debug("search(rerank=True): no reranker is configured; fused order kept")
         yield from self._bind()
-        vec = yield EmbedQuery(text)
+        vec = yield EmbedQuery(query_embedding_text(text, self.fusion))
         subqueries = yield from self._rewrite(text)
         # The order is settled on at least ORDER_DEPTH hits and cut to top_k last, so
         # the first results do not depend on top_k (a superseder found below the
