@@ -20,7 +20,8 @@ The whole tree::
     │   └── EmbedderMismatchError           the store was built with another model
     ├── StoreError                          the storage backend failed
     │   ├── SchemaVersionError              file written by a newer engramdb
-    │   └── ConflictError                   changed by someone else meanwhile; retry
+    │   ├── ConflictError                   changed by someone else meanwhile; retry
+    │   └── StoreUnavailableError           the database cannot be reached; retry later
     ├── ImportFormatError (ValueError)      a JSONL import line we cannot read
     ├── ExtractionError                     the LLM's reply was unusable; messages kept
     └── LLMError                            the LLM call failed (.url, .model, .status)
@@ -68,6 +69,7 @@ __all__ = [
     "SchemaVersionError",
     "ScopeError",
     "StoreError",
+    "StoreUnavailableError",
     "TextTooLongError",
     "TimestampError",
     "UnknownProviderError",
@@ -190,6 +192,22 @@ class SchemaVersionError(StoreError):
 
 class ConflictError(StoreError):
     """The memory changed between reading and writing; nothing was written."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database could not be reached within the store's deadline; nothing was done.
+
+    Raised when PostgreSQL stays unreachable (stopped, restarting, network
+    down) for the whole of the store's ``unavailable_timeout``. The call was
+    not applied (a write whose commit outcome is unknown says so with a plain
+    :class:`StoreError` instead), so repeating it later is safe.
+    ``retry_after`` is a suggested wait in seconds (the server's
+    ``Retry-After``).
+    """
+
+    def __init__(self, message: str, *, retry_after: float = 5.0) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
 
 
 class ImportFormatError(EngramError, ValueError):

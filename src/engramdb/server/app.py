@@ -49,7 +49,7 @@ from engramdb.errors import EngramError
 from engramdb.memory import AsyncMemory, Memory
 from engramdb.server import mem0_compat
 from engramdb.server.auth import CallerDep
-from engramdb.server.errors import describe_error, openapi_errors
+from engramdb.server.errors import describe_error, error_headers, openapi_errors
 from engramdb.server.keys import KeyStore
 from engramdb.server.service import MemoryService, ServerLimits
 from engramdb.server.ui import install_ui
@@ -330,7 +330,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         status, body = describe_error(exc)
         if status >= 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc)
-        return _error(status, **body)
+        response = _error(status, **body)
+        response.headers.update(error_headers(exc))
+        return response
 
     async def validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)

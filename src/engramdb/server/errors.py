@@ -5,11 +5,14 @@ REST API (``{"error": {"code", "message"}}`` with the status), its mem0
 compatibility mode (``{"detail": message}``, :func:`describe_error_mem0`) and
 the MCP tools (the code and message as the tool error). Bad input is always a 4xx;
 only a failure of the server itself (store, embedder, a bug) is a 5xx, and
-an unreachable or broken LLM is a 502/504 because it is an upstream.
+an unreachable or broken LLM is a 502/504 because it is an upstream. A store
+that cannot be reached is a 503 with ``Retry-After`` (:func:`error_headers`):
+nothing was done, the client may repeat the call later.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from engramdb.errors import (
@@ -28,6 +31,7 @@ from engramdb.errors import (
     MetadataError,
     ScopeError,
     StoreError,
+    StoreUnavailableError,
     TextTooLongError,
     TimestampError,
     ValidationError,
@@ -36,7 +40,14 @@ from engramdb.errors import (
 from engramdb.server.service import LimitExceededError
 from engramdb.server.tenancy import AdminRequiredError, ScopeForbiddenError
 
-__all__ = ["ERROR_TABLE", "describe_error", "describe_error_mem0", "openapi_errors"]
+__all__ = [
+    "ERROR_TABLE",
+    "describe_error",
+    "describe_error_mem0",
+    "error_headers",
+    "openapi_errors",
+    "retry_after",
+]
 
 _STATUS_TEXT: dict[int, str] = {
     400: "The input is invalid (the library refused it).",
@@ -47,6 +58,7 @@ _STATUS_TEXT: dict[int, str] = {
     413: "The request body is too large.",
     422: "The input is invalid or over a limit.",
     502: "The LLM failed.",
+    503: "The store cannot be reached; retry after the Retry-After header's seconds.",
 }
 
 
@@ -80,6 +92,7 @@ ERROR_TABLE: tuple[tuple[type[EngramError], int, str], ...] = (
     (LLMTimeoutError, 504, "llm_timeout"),
     (LLMError, 502, "llm_error"),
     (EmbedderError, 500, "embedder_error"),
+    (StoreUnavailableError, 503, "store_unavailable"),
     (StoreError, 500, "store_error"),
     (EngramError, 500, "internal_error"),
 )
@@ -120,3 +133,16 @@ def describe_error(exc: EngramError) -> tuple[int, dict[str, Any]]:
         # The messages were kept: the client can retry extraction on them later.
         body["failure_id"] = exc.failure_id
     return status, body
+
+
+def retry_after(exc: BaseException | None = None) -> str:
+    """The ``Retry-After`` value (whole seconds, at least 1) for an unavailable store."""
+    seconds = exc.retry_after if isinstance(exc, StoreUnavailableError) else 5.0
+    return str(max(1, math.ceil(seconds)))
+
+
+def error_headers(exc: EngramError) -> dict[str, str]:
+    """Extra HTTP headers of an error's answer: ``Retry-After`` for an unavailable store."""
+    if isinstance(exc, StoreUnavailableError):
+        return {"Retry-After": retry_after(exc)}
+    return {}

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engramdb import __version__
 from engramdb.errors import EngramError, ValidationError
-from engramdb.server.errors import describe_error
+from engramdb.server.errors import describe_error, retry_after
 from engramdb.server.keys import KeyStore
 from engramdb.server.service import MemoryService
 from engramdb.server.tenancy import Caller
@@ -78,8 +78,10 @@ def key_from_headers(headers: Any) -> str | None:
 
 
 def _tool_error(exc: EngramError) -> ToolError:
-    _, body = describe_error(exc)
+    status, body = describe_error(exc)
     extra = f" (failure_id {body['failure_id']})" if "failure_id" in body else ""
+    if status == 503:
+        extra = f"; the memory store is unavailable, retry in {retry_after(exc)} s"
     return ToolError(f"{body['code']}: {body['message']}{extra}")
 
 

@@ -35,7 +35,7 @@ from starlette.responses import Response
 
 from engramdb.errors import EngramError, MemoryNotFoundError
 from engramdb.server.auth import CallerDep
-from engramdb.server.errors import describe_error_mem0, openapi_errors
+from engramdb.server.errors import describe_error_mem0, error_headers, openapi_errors
 from engramdb.server.service import MemoryService
 from engramdb.server.tenancy import SCOPE_KINDS
 from engramdb.stores.base import KEEP
@@ -157,7 +157,7 @@ def install_error_handlers(app: FastAPI) -> None:
         status, body = describe_error_mem0(exc)
         if status >= 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc)
-        return JSONResponse(body, status_code=status)
+        return JSONResponse(body, status_code=status, headers=error_headers(exc))
 
     async def validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)

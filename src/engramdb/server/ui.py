@@ -48,7 +48,7 @@ from starlette.staticfiles import StaticFiles
 from engramdb import __version__
 from engramdb.errors import EngramError, MemoryNotFoundError, ValidationError
 from engramdb.memory import AsyncMemory, Memory
-from engramdb.server.errors import describe_error
+from engramdb.server.errors import describe_error, error_headers
 from engramdb.server.keys import KeyStore
 from engramdb.server.service import MemoryService, ServerLimits
 from engramdb.server.tenancy import SCOPE_KINDS, Caller
@@ -377,9 +377,13 @@ class _UI:
     def _error(self, ctx: _Ctx, exc: EngramError) -> Response:
         status, body = describe_error(exc)
         title = "Not found" if status == 404 else "Refused" if status == 403 else "Error"
-        return self._render(
+        if status == 503:
+            title = "The memory store is unavailable; try again in a few seconds"
+        response = self._render(
             ctx, "error.html", status, title=title, message=body["message"], code=body["code"]
         )
+        response.headers.update(error_headers(exc))
+        return response
 
     # -- shared reads --
 
@@ -504,7 +508,7 @@ class _UI:
             )
         except EngramError as exc:
             status, body = describe_error(exc)
-            if status == 403:
+            if status in (403, 503):
                 raise
             data["error"] = body["message"]
             return data
@@ -561,7 +565,7 @@ class _UI:
             )
         except EngramError as exc:
             status, body = describe_error(exc)
-            if status == 403:
+            if status in (403, 503):
                 raise
             data["error"] = body["message"]
             return data
@@ -641,7 +645,7 @@ class _UI:
                 found = await self.service.failures(ctx.caller, **scope, include_resolved=include)
             except EngramError as exc:
                 status, body = describe_error(exc)
-                if status == 403:
+                if status in (403, 503):
                     raise
                 error = body["message"]
         for failure in found or []:
