@@ -429,6 +429,16 @@ class Memory(BaseMemory):
         self.store.reset()
         self._ops.unbind()
 
+    def ping(self, timeout: float | None = None) -> None:
+        """Check that the store answers (a readiness probe); returns None if it does.
+
+        Raises :class:`~engramdb.errors.StoreUnavailableError` when the
+        database cannot be reached within ``timeout`` seconds (the store's
+        ``unavailable_timeout`` when None), :class:`~engramdb.errors.StoreError`
+        for another failure.
+        """
+        self.store.ping(timeout)
+
     def close(self) -> None:
         """Release the database connections and the LLM's and embedder's HTTP connections.
 

@@ -358,6 +358,14 @@ class AsyncMemory(BaseMemory):
             await asyncio.to_thread(self.store.reset)
         self._ops.unbind()
 
+    async def ping(self, timeout: float | None = None) -> None:
+        """See :meth:`Memory.ping`; a native async store is awaited, another runs in a thread."""
+        native = self._native_store()
+        if native is not None:
+            await native.ping(timeout)
+        else:
+            await asyncio.to_thread(self.store.ping, timeout)
+
     async def close(self) -> None:
         """Release the database connections and the LLM's and embedder's HTTP connections.
 

@@ -51,7 +51,27 @@ class PgServer:
     bin: Path | None = None
     user: str | None = None
     log: Path | None = None
+    options: str = ""
     _stopped: bool = field(default=False, repr=False)
+
+    def _ctl(self, *args: str) -> None:
+        if self.data is None or self.bin is None:
+            raise PgUnavailable("only an embedded server can be stopped and started here")
+        _run([str(self.bin / "pg_ctl"), "-D", str(self.data), *args], self.user, timeout=90)
+
+    def pause(self, mode: str = "fast") -> None:
+        """Stop an embedded server, keeping its files: ``fast``, ``immediate`` or ``smart``.
+
+        ``fast`` rolls back open transactions and closes every connection;
+        ``immediate`` kills the server (crash recovery at the next start).
+        :meth:`resume` starts it again on the same port.
+        """
+        self._ctl("-m", mode, "-w", "-t", "60", "stop")
+
+    def resume(self) -> None:
+        """Start a server :meth:`pause` stopped, with its first options; returns once it accepts."""
+        log = [] if self.log is None else ["-l", str(self.log)]
+        self._ctl(*log, "-w", "-t", "60", "-o", self.options, "start")
 
     def stop(self) -> None:
         """Stop an embedded server and delete its files (a given server is left alone)."""
@@ -181,7 +201,13 @@ def start(
                 last = exc
                 continue
             server = PgServer(
-                f"postgresql://postgres@127.0.0.1:{port}/postgres", True, data, bin_dir, user, log
+                f"postgresql://postgres@127.0.0.1:{port}/postgres",
+                True,
+                data,
+                bin_dir,
+                user,
+                log,
+                options,
             )
             try:
                 _create_extension(server.url)

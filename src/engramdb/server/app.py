@@ -49,7 +49,7 @@ from engramdb.errors import EngramError
 from engramdb.memory import AsyncMemory, Memory
 from engramdb.server import mem0_compat
 from engramdb.server.auth import CallerDep
-from engramdb.server.errors import describe_error, error_headers, openapi_errors
+from engramdb.server.errors import describe_error, error_headers, openapi_errors, retry_after
 from engramdb.server.keys import KeyStore
 from engramdb.server.service import MemoryService, ServerLimits
 from engramdb.server.ui import install_ui
@@ -58,6 +58,9 @@ from engramdb.stores.base import KEEP
 __all__ = ["COMPAT_MODES", "create_app"]
 
 log = logging.getLogger("engramdb.server")
+
+READY_TIMEOUT_S = 2.0
+"""How long ``/readyz`` waits for the store to answer before it says 503."""
 
 MemoryId = Annotated[str, Path(description="The memory's id.")]
 
@@ -629,6 +632,25 @@ def create_app(
         if compat is not None:
             health["compat"] = compat
         return health
+
+    @app.get(
+        "/readyz",
+        tags=["server"],
+        summary="Readiness: 200 when the store answers, else 503 with Retry-After.",
+        responses={503: {"description": "The store cannot be reached or failed."}},
+    )
+    async def readyz() -> JSONResponse:
+        try:
+            await service.ready(READY_TIMEOUT_S)
+        except EngramError as exc:
+            _, error = describe_error(exc)
+            log.warning("/readyz: the store is not ready: %s", exc)
+            return JSONResponse(
+                {"status": "unavailable", "error": error},
+                status_code=503,
+                headers={"Retry-After": retry_after(exc)},
+            )
+        return JSONResponse({"status": "ready"})
 
     @app.get("/metrics", tags=["server"], summary="Prometheus metrics.", response_class=Response)
     async def metrics() -> Response:

@@ -73,6 +73,13 @@ class MemoryService:
             return self.memory.limited(access=caller.access)
         return self.memory.scoped(**caller.bound, access=caller.access)
 
+    async def ready(self, timeout: float) -> None:
+        """Check that the store answers within ``timeout`` seconds (``/readyz``); raises if not."""
+        if isinstance(self.memory, AsyncMemory):
+            await self.memory.ping(timeout)
+        else:
+            await anyio.to_thread.run_sync(self.memory.ping, timeout)
+
     async def _call(self, caller: Caller, name: str, *args: Any, **kwargs: Any) -> Any:
         method = getattr(self._for(caller), name)
         if isinstance(self.memory, AsyncMemory):

@@ -63,6 +63,7 @@ POSTGRES_OPTIONS = (
     "min_size",
     "max_size",
     "pool_timeout",
+    "unavailable_timeout",
     "max_cached_docs",
     "ef_search",
     # mem0 pgvector keys accepted and ignored (the dimension comes from the embedder;
@@ -95,6 +96,13 @@ def check_store_config(provider: str, config: Mapping[str, Any]) -> None:
         for key in ("min_size", "max_size", "max_cached_docs", "ef_search"):
             if key in config and (not isinstance(config[key], int) or config[key] < 0):
                 raise ConfigError(f"{provider} option {key} must be a non-negative integer")
+        patience = config.get("unavailable_timeout")
+        if patience is not None and (
+            isinstance(patience, bool) or not isinstance(patience, int | float) or patience <= 0
+        ):
+            raise ConfigError(
+                f"{provider} option unavailable_timeout must be a positive number of seconds"
+            )
         return
     _check_keys(provider, config, SQLITE_OPTIONS)
 
@@ -149,6 +157,7 @@ def make_store(provider: str, config: Mapping[str, Any], default_path: Path) -> 
             timeout=float(config.get("pool_timeout", 30.0)),
             max_cached_docs=int(config.get("max_cached_docs", 2_000_000)),
             ef_search=int(config.get("ef_search", 200)),
+            unavailable_timeout=float(config.get("unavailable_timeout", 5.0)),
         )
     from engramdb.stores.sqlite import SQLiteStore
 

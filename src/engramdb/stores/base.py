@@ -368,6 +368,14 @@ class Store(Protocol):
         """Number of memory rows (deleted ones included)."""
         ...
 
+    def ping(self, timeout: float | None = None) -> None:
+        """Check that the backend answers; raises StoreError (or StoreUnavailableError) if not.
+
+        ``timeout`` bounds the wait for a server that cannot be reached (the
+        store's own deadline when None); a file store ignores it.
+        """
+        ...
+
     def reset(self) -> None:
         """Erase everything the store holds."""
         ...
@@ -618,6 +626,10 @@ class AsyncStore(Protocol):
 
     async def count(self) -> int:
         """See :meth:`Store.count`."""
+        ...
+
+    async def ping(self, timeout: float | None = None) -> None:
+        """See :meth:`Store.ping`."""
         ...
 
     async def reset(self) -> None:

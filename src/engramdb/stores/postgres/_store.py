@@ -16,13 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types import TypeInfo
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from engramdb.errors import ConflictError, StoreError
 from engramdb.stores.base import Scope
@@ -37,11 +39,14 @@ from engramdb.stores.postgres._driver import (
     READ,
     WRITE,
     Attempts,
+    Health,
     LostAtCommit,
     Mode,
     acommit_status,
+    ais_stale,
     atransaction,
     commit_status,
+    is_stale,
     transaction,
     translate,
 )
@@ -68,6 +73,13 @@ P = ParamSpec("P")
 # execution is planned for its own values.
 _SESSION = "SET TIME ZONE 'UTC'; SET plan_cache_mode = force_custom_plan"
 _EXPORT_CHUNK = 500
+_RECONNECT_S = 0.5
+"""How long the pool keeps retrying a connection in the background before it
+gives up on it (psycopg-pool's ``reconnect_timeout``, 5 minutes by default, with
+a backoff that doubles up to minutes: a server back after an outage would wait
+for the next try). A call that waits for a connection asks for a new one each
+:data:`~engramdb.stores.postgres._driver.SLICE_S`, so the pool reconnects as
+soon as the server accepts connections."""
 
 
 class _Flows(_WriteFlows, _NeighbourFlows, _EntityHopFlows, _ReadFlows):
@@ -163,6 +175,28 @@ class _PoolSettings:
     min_size: int
     max_size: int
     timeout: float
+    unavailable_timeout: float
+
+    def attempts(self, mode: Mode, health: Health) -> Attempts:
+        """The retry policy of one call with these settings."""
+        return Attempts(
+            mode, health=health, patience=self.unavailable_timeout, pool_timeout=self.timeout
+        )
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """The pool's connection options: autocommit, and a connect timeout unless the URL has one.
+
+        Without one, a connection attempt to a host that does not answer
+        would hold a pool worker for the system's TCP timeout (minutes).
+        """
+        kwargs: dict[str, Any] = {"autocommit": True}
+        try:
+            given = "connect_timeout" in conninfo_to_dict(self.url)
+        except psycopg.Error:
+            given = False
+        if not given:
+            kwargs["connect_timeout"] = max(2, round(self.unavailable_timeout))
+        return kwargs
 
 
 class PostgresStore(_Operations):
@@ -173,9 +207,12 @@ class PostgresStore(_Operations):
         schema: the PostgreSQL schema holding this store's tables (created on
             first open, with the migrations, under an advisory lock).
         min_size, max_size: connection pool bounds (per process).
-        timeout: seconds to wait for a pooled connection.
+        timeout: seconds to wait for a pooled connection while every one is in use.
         max_cached_docs: bound on the documents of the per-scope keyword caches.
         ef_search: HNSW ``ef_search`` floor (raised to ``2 * k`` for larger k).
+        unavailable_timeout: seconds a call keeps trying while the server
+            cannot be reached (stopped, restarting, network down) before it
+            raises :class:`~engramdb.errors.StoreUnavailableError`.
     """
 
     def __init__(
@@ -188,12 +225,14 @@ class PostgresStore(_Operations):
         timeout: float = 30.0,
         max_cached_docs: int = 2_000_000,
         ef_search: int = 200,
+        unavailable_timeout: float = 5.0,
     ) -> None:
         """Open the store, creating and migrating its schema if needed."""
         if not schema or len(schema) > 63:
             raise StoreError(f"PostgreSQL schema name {schema!r} must be 1 to 63 characters")
         self.flows = _Flows(schema, max_cached_docs, ef_search)
-        self.settings = _PoolSettings(url, min_size, max_size, timeout)
+        self.settings = _PoolSettings(url, min_size, max_size, timeout, unavailable_timeout)
+        self.health = Health()
         self.schema = schema
         self._pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
@@ -220,6 +259,10 @@ class PostgresStore(_Operations):
     def _configure(self, con: psycopg.Connection[Any]) -> None:
         self.configure(con)
         con.execute(_SESSION)
+        self.health.recovered()
+
+    def _reconnect_failed(self, pool: object) -> None:
+        self.health.failed()
 
     def pool(self) -> ConnectionPool:
         """The connection pool (opened on first use)."""
@@ -233,29 +276,84 @@ class PostgresStore(_Operations):
                         min_size=self.settings.min_size,
                         max_size=self.settings.max_size,
                         timeout=self.settings.timeout,
-                        kwargs={"autocommit": True},
+                        kwargs=self.settings.connect_kwargs(),
                         configure=self._configure,
+                        reconnect_timeout=_RECONNECT_S,
+                        reconnect_failed=self._reconnect_failed,
                         name=f"engramdb-{self.schema}",
                         open=True,
                     )
         return self._pool
 
+    def _checkout(self, pool: ConnectionPool, attempts: Attempts) -> psycopg.Connection[Any]:
+        """A live pooled connection: the ones the server closed are dropped, not handed out."""
+        while True:
+            try:
+                con = pool.getconn(timeout=attempts.wait())
+            except PoolTimeout:
+                continue  # wait() raises once the call's time is spent
+            if not is_stale(con):
+                return con
+            attempts.stale()
+            con.close()  # the pool replaces a closed connection
+            pool.putconn(con)
+
     def _run(self, make: Callable[[], Tx[T]], mode: Mode) -> T:
         """Run a flow in a pooled connection, as often as :class:`Attempts` allows."""
-        attempts = Attempts(mode)
-        for attempt in attempts:
+        attempts = self.settings.attempts(mode, self.health)
+        for _ in attempts:
             con: psycopg.Connection[Any] | None = None
             try:
-                with self.pool().connection() as con:
-                    return transaction(con, make(), attempts.begin)
+                pool = self.pool()
+                con = self._checkout(pool, attempts)
+                try:
+                    result = transaction(con, make(), attempts.begin)
+                finally:
+                    pool.putconn(con)
+                self.health.recovered()
+                return result
             except LostAtCommit as lost:
                 # Never rerun a write that may have committed: ask the server.
-                if attempts.lost(lost, commit_status(self.settings.url, lost.xid), attempt):
+                status = commit_status(self.settings.url, lost.xid, attempts.deadline)
+                if attempts.lost(lost, status):
+                    self.health.recovered()
                     return lost.result  # type: ignore[no-any-return]
             except psycopg.Error as exc:
-                if attempts.failed(exc, con.broken if con else None, attempt) == "rebind":
+                if attempts.failed(exc, con.broken if con else None) == "rebind":
                     self._rebind()
+                elif attempts.delay:
+                    time.sleep(attempts.delay)
         raise AssertionError("unreachable")
+
+    def ping(self, timeout: float | None = None) -> None:
+        """Check that the server answers (``SELECT 1`` on a pooled connection).
+
+        Waits at most ``timeout`` seconds (the store's ``unavailable_timeout``
+        when None) while the server cannot be reached, then raises
+        :class:`~engramdb.errors.StoreUnavailableError`.
+        """
+        settings = self.settings
+        if timeout is not None:
+            settings = replace(settings, unavailable_timeout=min(timeout, settings.timeout))
+        attempts = settings.attempts("single", self.health)
+        if timeout is not None:
+            # A readiness probe answers within its timeout even when the pool is busy.
+            attempts.pool_deadline = attempts.deadline
+        for _ in attempts:
+            con: psycopg.Connection[Any] | None = None
+            try:
+                pool = self.pool()
+                con = self._checkout(pool, attempts)
+                try:
+                    con.execute("SELECT 1")
+                finally:
+                    pool.putconn(con)
+                self.health.recovered()
+                return
+            except psycopg.Error as exc:
+                attempts.failed(exc, con.broken if con else None)
+                if attempts.delay:
+                    time.sleep(attempts.delay)
 
     def _rebind(self) -> None:
         """After a binding guard failed: bind this process's embedder again, or refuse."""
@@ -347,6 +445,10 @@ class AsyncPostgresStore(_Operations):
     async def _configure(self, con: psycopg.AsyncConnection[Any]) -> None:
         self.sync.configure(con)
         await con.execute(_SESSION)
+        self.sync.health.recovered()
+
+    def _reconnect_failed(self, pool: object) -> None:
+        self.sync.health.failed()
 
     async def pool(self) -> AsyncConnectionPool:
         """The asyncio connection pool (opened on first use)."""
@@ -372,8 +474,10 @@ class AsyncPostgresStore(_Operations):
                         min_size=settings.min_size,
                         max_size=settings.max_size,
                         timeout=settings.timeout,
-                        kwargs={"autocommit": True},
+                        kwargs=settings.connect_kwargs(),
                         configure=self._configure,
+                        reconnect_timeout=_RECONNECT_S,
+                        reconnect_failed=self._reconnect_failed,
                         name=f"engramdb-async-{self.sync.schema}",
                         open=False,
                     )
@@ -381,24 +485,74 @@ class AsyncPostgresStore(_Operations):
                     self._pool = pool
         return self._pool
 
+    async def _checkout(
+        self, pool: AsyncConnectionPool, attempts: Attempts
+    ) -> psycopg.AsyncConnection[Any]:
+        """See :meth:`PostgresStore._checkout`."""
+        while True:
+            try:
+                con = await pool.getconn(timeout=attempts.wait())
+            except PoolTimeout:
+                continue
+            if not await ais_stale(con):
+                return con
+            attempts.stale()
+            await con.close()
+            await pool.putconn(con)
+
     async def _run(self, make: Callable[[], Tx[T]], mode: Mode) -> T:
         """See :meth:`PostgresStore._run`."""
-        attempts = Attempts(mode)
-        for attempt in attempts:
+        health = self.sync.health
+        attempts = self.sync.settings.attempts(mode, health)
+        for _ in attempts:
             con: psycopg.AsyncConnection[Any] | None = None
             try:
-                async with (await self.pool()).connection() as con:
-                    return await atransaction(con, make(), attempts.begin)
+                pool = await self.pool()
+                con = await self._checkout(pool, attempts)
+                try:
+                    result = await atransaction(con, make(), attempts.begin)
+                finally:
+                    await pool.putconn(con)
+                health.recovered()
+                return result
             except LostAtCommit as lost:
-                status = await acommit_status(self.sync.settings.url, lost.xid)
-                if attempts.lost(lost, status, attempt):
+                url = self.sync.settings.url
+                status = await acommit_status(url, lost.xid, attempts.deadline)
+                if attempts.lost(lost, status):
+                    health.recovered()
                     return lost.result  # type: ignore[no-any-return]
             except psycopg.Error as exc:
-                if attempts.failed(exc, con.broken if con else None, attempt) == "rebind":
+                if attempts.failed(exc, con.broken if con else None) == "rebind":
                     binding = self.flows.binding
                     assert binding is not None
                     await self.bind_embedder(*binding)
+                elif attempts.delay:
+                    await asyncio.sleep(attempts.delay)
         raise AssertionError("unreachable")
+
+    async def ping(self, timeout: float | None = None) -> None:
+        """See :meth:`PostgresStore.ping`."""
+        settings = self.sync.settings
+        if timeout is not None:
+            settings = replace(settings, unavailable_timeout=min(timeout, settings.timeout))
+        attempts = settings.attempts("single", self.sync.health)
+        if timeout is not None:
+            attempts.pool_deadline = attempts.deadline
+        for _ in attempts:
+            con: psycopg.AsyncConnection[Any] | None = None
+            try:
+                pool = await self.pool()
+                con = await self._checkout(pool, attempts)
+                try:
+                    await con.execute("SELECT 1")
+                finally:
+                    await pool.putconn(con)
+                self.sync.health.recovered()
+                return
+            except psycopg.Error as exc:
+                attempts.failed(exc, con.broken if con else None)
+                if attempts.delay:
+                    await asyncio.sleep(attempts.delay)
 
     async def purge(self, *, memory_id: str | None = None, scope: Scope | None = None) -> int:
         """See :meth:`PostgresStore.purge`."""

@@ -12,6 +12,7 @@ import numpy as np
 
 from engramdb._time import utc_now
 from engramdb.core.filters import Node
+from engramdb.errors import StoreError
 from engramdb.stores.base import MemoryRow, NewMessage, Scope, ScopeCounts
 from engramdb.stores.kernel.rows import scope_counts
 from engramdb.stores.kernel.sql import SQLITE, scope_counts_query, source_messages_query
@@ -147,6 +148,13 @@ class _Reads(_Store):
                     )
                 )
         return found
+
+    def ping(self, timeout: float | None = None) -> None:
+        """Check that the file is there and reads (its ``meta`` table); StoreError if not."""
+        if not self.path.exists():
+            raise StoreError(f"the SQLite file {self.path} no longer exists")
+        with self._read() as con:
+            con.execute("SELECT count(*) FROM meta").fetchone()
 
     def count(self) -> int:
         """Number of memory rows (deleted ones included)."""
