@@ -289,3 +289,19 @@ def test_http_transport_needs_a_key_and_scopes_by_it(
 
         _run(main)
     anyio.run(memory.close)
+
+
+def test_an_unreachable_store_is_a_tool_error_saying_to_retry_later() -> None:
+    from engramdb import StoreUnavailableError
+    from engramdb.server.errors import describe_error_mem0
+    from engramdb.server.mcp import _tool_error
+
+    exc = StoreUnavailableError("PostgreSQL cannot be reached", retry_after=5)
+    message = str(_tool_error(exc))
+    assert message.startswith("store_unavailable: PostgreSQL cannot be reached")
+    assert "unavailable, retry in 5 s" in message
+    # mem0 compatibility mode: the same 503 (its handler adds Retry-After)
+    assert describe_error_mem0(exc) == (
+        503,
+        {"detail": "PostgreSQL cannot be reached", "code": "store_unavailable"},
+    )

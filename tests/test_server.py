@@ -21,10 +21,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from engramdb import AsyncMemory
+from engramdb import AsyncMemory, StoreUnavailableError
 from engramdb.cli import app as cli_app
 from engramdb.embedders import LocalEmbedder
 from engramdb.server import KeyStore, ServerLimits, create_app
+from engramdb.server.service import MemoryService
 from live_server import Stack, engram_serve, live, server_stack
 from openai_wire import Reply, WireServer
 
@@ -97,6 +98,31 @@ def test_health_schema_docs_and_metrics_need_no_key(stack: Stack) -> None:
         assert 'engram_llm_tokens_total{kind="prompt"}' in metrics.text
         _error(c.get("/no/such/route"), 404, "not_found")
         _error(c.patch("/memories"), 405, "method_not_allowed")
+
+
+def test_readyz_asks_the_store_and_an_unreachable_store_is_503_with_retry_after(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admin = stack.keys.create(admin=True).key
+    with stack.client() as c, stack.client(admin) as a:
+        ready = c.get("/readyz")  # no key needed, like /healthz
+        assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+
+        def down(*args: Any, **kwargs: Any) -> None:
+            raise StoreUnavailableError("PostgreSQL cannot be reached", retry_after=2.5)
+
+        # The store's own check (the PostgreSQL outage itself: tests/test_pg_recovery.py).
+        monkeypatch.setattr(stack.memory.store, "ping", down)
+        ready = c.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.headers["Retry-After"] == "3"
+        assert ready.json()["status"] == "unavailable"
+        assert ready.json()["error"]["code"] == "store_unavailable"
+        assert c.get("/healthz").status_code == 200  # liveness never asks the store
+        monkeypatch.setattr(MemoryService, "search", down)
+        found = a.post("/search", json={"query": "x", "user_id": "u"})
+        _error(found, 503, "store_unavailable")
+        assert found.headers["Retry-After"] == "3"
 
 
 # -- every route --------------------------------------------------------------------------------
