@@ -52,6 +52,11 @@ def _csrf(page: str) -> str:
     return found.group(1)
 
 
+def _plain(page: str) -> str:
+    """A page's text without its tags (matched words are wrapped in <mark>)."""
+    return re.sub(r"<[^>]+>", "", page)
+
+
 def _seed(m: Memory) -> dict[str, str]:
     ids = {}
     for text, meta in (
@@ -71,10 +76,18 @@ def _seed(m: Memory) -> dict[str, str]:
 
 def test_word_diff_marks_what_changed() -> None:
     assert word_diff("I like tea", "I like green tea") == [
-        ("same", "I like "),
-        ("ins", "green "),
+        ("same", "I like"),
+        ("ins", "green"),
         ("same", "tea"),
     ]
+    # Words never run together, and spacing alone is no change.
+    assert word_diff("I drink three coffees", "I drink four  coffees") == [
+        ("same", "I drink"),
+        ("del", "three"),
+        ("ins", "four"),
+        ("same", "coffees"),
+    ]
+    assert word_diff("a  b", "a b") == [("same", "a b")]
     assert word_diff(None, "new") == [("ins", "new")]
     assert metadata_diff({"a": 1, "b": 2}, {"b": 3, "c": "x"}) == [
         ("removed", "a", "1", None),
@@ -156,7 +169,7 @@ def test_open_server_pages_and_corrections(open_app: tuple[TestClient, Memory]) 
         },
     )
     assert edited.status_code == 200 and "Saved" in edited.text
-    assert "<del>black</del><ins>oat milk</ins>" in edited.text
+    assert "<del>black</del> <ins>oat milk</ins>" in edited.text
     history = memory.history(coffee)
     assert history[-1]["actor"] == "ui" and history[-1]["reason"] == "typo"
     assert history[-1]["new_metadata"] == {"category": "food", "checked": True}
@@ -210,17 +223,19 @@ def test_superseded_memories_in_the_ui(open_app: tuple[TestClient, Memory]) -> N
         links={old: "updates"},
     )["results"][0]["id"]
     found = client.get("/ui/search", params={"q": "morning drink tea", "user_id": "carol"}).text
-    assert found.index("espresso") < found.index("green tea")
+    assert _plain(found).index("espresso") < _plain(found).index("green tea")
     assert "superseded by" in found and f"/ui/memory/{new}" in found
     hidden = client.get(
         "/ui/fragments/search",
         params={"q": "morning drink tea", "user_id": "carol", "current": "1"},
     ).text
+    hidden = _plain(hidden)
     assert "espresso" in hidden and "green tea" not in hidden
     then = client.get(
         "/ui/fragments/search",
         params={"q": "morning drink tea", "user_id": "carol", "as_of": "2023-06-01"},
     ).text
+    then = _plain(then)
     assert "green tea" in then and "espresso" not in then
     page = client.get(f"/ui/memory/{old}").text
     assert "Superseded:" in page and "updated by" in page
@@ -259,7 +274,7 @@ def test_a_key_bound_to_one_user_never_sees_another(
         assert response.status_code == 200, name
         assert "vault" not in response.text and "bob" not in response.text.lower(), name
     assert "Lisbon" in pages["memories"].text and "Lisbon" in pages["fragment memories"].text
-    assert "user_id=alice" in pages["overview"].text
+    assert "user alice" in pages["overview"].text
     # Naming bob: refused; bob's memory by id: exactly like a missing one.
     for path, params in (
         ("/ui/memories", {"user_id": "bob"}),
@@ -572,6 +587,8 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
             expect(page.locator("li.source pre.raw")).to_have_text(
                 ["I drink black coffee every morning"]
             )
+            expect(page.locator("#text")).to_be_hidden()  # the edit form starts collapsed
+            page.click("details.edit summary")
             page.fill("#text", "I drink oat milk coffee every morning")
             page.fill("#reason", "corrected by hand")
             page.click("#edit-form button[type=submit]")
@@ -584,6 +601,7 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
             page.screenshot(path=str(img / "ui-memory.png"), full_page=True)
             page.click("button:has-text('Restore v1')")
             expect(page.locator("blockquote.text")).to_contain_text("black coffee")
+            page.click("details.edit summary")
             page.click("button:has-text('Delete (restorable)')")
             expect(page.locator("section.deleted")).to_contain_text("deleted")
             page.click("button:has-text('Restore it')")
@@ -604,7 +622,11 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
             # Extraction failures: the error, and a retry that extracts.
             visit("/ui/failures")
             expect(page.locator("li.failure")).to_have_count(1)
-            expect(page.locator("li.failure pre.raw").first).to_contain_text("JSON")
+            expect(page.locator("li.failure pre.why")).to_contain_text("JSON")
+            page.click("li.failure details.said summary")
+            expect(page.locator("li.failure details.said pre.raw")).to_have_text(
+                "my bike is a green Brompton"
+            )
             reply = page.locator("li.failure details.reply")
             reply.locator("summary").click()
             expect(reply.locator("pre.raw")).to_have_text(_GARBAGE)

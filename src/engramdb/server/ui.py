@@ -24,6 +24,7 @@ the same rules as the pages they belong to.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import hmac
 import json
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
+import anyio.to_thread
 import jinja2
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -46,12 +48,19 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
 from engramdb import __version__
-from engramdb.errors import EngramError, MemoryNotFoundError, ValidationError
+from engramdb.core.access import CAPABILITIES
+from engramdb.errors import (
+    EngramError,
+    ExtractionError,
+    MemoryNotFoundError,
+    ValidationError,
+)
 from engramdb.memory import AsyncMemory, Memory
+from engramdb.nlp.terms import index_terms, query_terms
 from engramdb.server.errors import describe_error, error_headers
-from engramdb.server.keys import KeyStore
+from engramdb.server.keys import KeyStore, NewKey
 from engramdb.server.service import MemoryService, ServerLimits
-from engramdb.server.tenancy import SCOPE_KINDS, Caller
+from engramdb.server.tenancy import SCOPE_KINDS, Caller, ScopeForbiddenError
 
 __all__ = ["UI_ACTOR", "UiSessions", "install_ui"]
 
@@ -69,6 +78,21 @@ _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
+STATES = ("live", "expired")
+"""What the memory list shows: live memories, or expired ones."""
+SEARCH_SIZES = (5, 10, 20, 50)
+"""How many hits the search page offers to show."""
+FANOUT_SCOPES = 50
+"""An admin's view of every scope reads at most this many (the largest first)."""
+FAILURE_SCOPES = 500
+"""An admin's list of every failure asks at most this many scopes."""
+SCAN_LIMIT = 5000
+"""Text search in the list reads at most this many memories of the scope, newest first."""
+COUNT_LIMIT = 2000
+"""A filtered list is counted up to this many."""
+CROSS_LIMIT = 1000
+"""An admin's list of every scope pages through at most this many per scope."""
+_CHUNK = 200
 _OPS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "icontains")
 
 
@@ -85,6 +109,11 @@ class _Session:
     key: str | None = None
     started: float = field(default_factory=time.monotonic)
     flash: str | None = None
+    flash_error: bool = False
+    new_key: tuple[str, str] | None = None
+    """A key just created (id, secret): shown once, on the next page, then forgotten."""
+    made: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """What a retry made, per failure id, until the failure's page shows it."""
 
 
 class UiSessions:
@@ -131,18 +160,126 @@ class UiSessions:
 
 
 def word_diff(old: str | None, new: str | None) -> list[tuple[str, str]]:
-    """``[(kind, text)]`` with kind ``same``, ``del`` or ``ins``: what a change did to a text."""
-    a = re.findall(r"\S+|\s+", old or "")
-    b = re.findall(r"\S+|\s+", new or "")
+    """``[(kind, text)]`` with kind ``same``, ``del`` or ``ins``: what a change did to a text.
+
+    Compared word by word (whitespace is not a token, so a run of spaces never
+    splits a change in two); each part's words are joined by one space, and the
+    page puts one space between parts, so ``three`` → ``four`` never reads
+    ``threefour``.
+    """
+    a = (old or "").split()
+    b = (new or "").split()
     out: list[tuple[str, str]] = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
         if op == "equal":
-            out.append(("same", "".join(a[i1:i2])))
+            out.append(("same", " ".join(a[i1:i2])))
             continue
         if i2 > i1:
-            out.append(("del", "".join(a[i1:i2])))
+            out.append(("del", " ".join(a[i1:i2])))
         if j2 > j1:
-            out.append(("ins", "".join(b[j1:j2])))
+            out.append(("ins", " ".join(b[j1:j2])))
+    return out
+
+
+def history_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history as the memory page shows it, oldest first.
+
+    Each event gets ``label`` (distinct per event: ``v2``, ``v3 deleted``,
+    ``v3 restored``, ``v1 seen again``), ``makes_version`` (the event that made
+    its version's text: one per version) and ``restorable`` (a version other
+    than the current one, offered once), besides the word and metadata diffs.
+    """
+    current = history[-1].get("version") if history else None
+    made: set[Any] = set()
+    rows = []
+    for event in history:
+        kind = event.get("event")
+        version = event.get("version")
+        makes = (
+            kind in ("ADD", "UPDATE", "RESTORE")
+            and bool(event.get("new_memory"))
+            and version not in made
+        )
+        if makes:
+            made.add(version)
+        suffix = {
+            "DELETE": " deleted",
+            "RESTORE": " restored",
+            "ATTACH": " seen again",
+            "DETACH": " detached",
+        }.get(str(kind), "" if makes else f" {str(kind).lower()}")
+        if makes and kind == "RESTORE":
+            suffix = " (restored)"
+        rows.append(
+            {
+                **event,
+                "label": f"v{version}{suffix}",
+                "makes_version": makes,
+                "restorable": makes and version != current,
+                "diff": word_diff(event.get("old_memory"), event.get("new_memory")),
+                "meta_diff": metadata_diff(event.get("old_metadata"), event.get("new_metadata")),
+            }
+        )
+    return rows
+
+
+def matched_words(query: str, text: str) -> list[tuple[str, bool]]:
+    """``text`` cut into ``(piece, matched)``: the words whose keyword term the query has.
+
+    Words are compared as the keyword index compares them (lower-case lemmas,
+    stop words dropped: :func:`engramdb.nlp.terms.index_terms`), so "drinks"
+    matches a query's "drink".
+    """
+    wanted = set(query_terms(query))
+    out: list[tuple[str, bool]] = []
+    if not wanted:
+        return [(text, False)]
+    for piece in re.findall(r"\w+|\W+", text):
+        hit = piece[:1].isalnum() and bool(set(index_terms(piece).split()) & wanted)
+        if out and out[-1][1] == hit:
+            out[-1] = (out[-1][0] + piece, hit)
+        else:
+            out.append((piece, hit))
+    return out
+
+
+def plain_message(exc: EngramError, message: str) -> str:
+    """What a person reads for a library error: no function names, no call syntax."""
+    if isinstance(exc, MemoryNotFoundError):
+        return (
+            "There is no memory with this id that you may see: it was purged, the link is "
+            "mistyped, or it belongs to a scope outside your key."
+        )
+    if isinstance(exc, ScopeForbiddenError):
+        return (
+            f"Your key may only see its own {exc.kind.replace('_id', '')}; this page asked "
+            f"for {exc.kind.replace('_id', '')} {exc.requested!r}."
+        )
+    if isinstance(exc, ExtractionError):
+        return (
+            "The LLM's reply could not be used, so nothing was remembered this time. "
+            "The messages are still kept: you can retry again later."
+        )
+    if "needs an LLM" in message:
+        return "Retrying needs an LLM, and this server has none configured."
+    if "already resolved" in message:
+        return "This failure was already retried successfully."
+    if message.startswith("no extraction failure with id"):
+        return "There is no extraction failure with this number that you may see."
+    # Library hints name its functions ("see get_all()", "call retry_extraction(1)").
+    return re.sub(r"\s*\([^()]*\w+\(\)[^()]*\)", "", message)
+
+
+def page_numbers(page: int, pages: int) -> list[int | None]:
+    """The page links to show: first, last and two either side of ``page``; ``None`` is a gap."""
+    wanted = sorted({1, pages, *range(max(1, page - 2), min(pages, page + 2) + 1)})
+    out: list[int | None] = []
+    last = 0
+    for n in wanted:
+        if last and n - last > 1:
+            out.append(None)
+        out.append(n)
+        last = n
     return out
 
 
@@ -340,9 +477,10 @@ class _UI:
     def _render(self, ctx: _Ctx, template: str, status: int = 200, **values: Any) -> Response:
         page = self.env.get_template(template).render(
             caller=ctx.caller,
-            who=ctx.caller.describe() if ctx.auth else "local user (no API keys: everything)",
+            who=_who(ctx.caller) if ctx.auth else "local user, every scope (no API keys)",
             auth=ctx.auth,
             signed_in=not ctx.auth or ctx.session.key is not None,
+            key_admin=ctx.auth and ctx.caller.admin and self.keys is not None,
             csrf=ctx.session.csrf,
             flash=self._take_flash(ctx),
             path=ctx.request.url.path,
@@ -354,9 +492,10 @@ class _UI:
             self._set_cookie(response, ctx.sid, ctx.request)
         return response
 
-    def _take_flash(self, ctx: _Ctx) -> str | None:
+    def _take_flash(self, ctx: _Ctx) -> dict[str, Any] | None:
         flash, ctx.session.flash = ctx.session.flash, None
-        return flash
+        error, ctx.session.flash_error = ctx.session.flash_error, False
+        return None if flash is None else {"text": flash, "error": error}
 
     @staticmethod
     def _secure(response: Response) -> None:
@@ -380,7 +519,12 @@ class _UI:
         if status == 503:
             title = "The memory store is unavailable; try again in a few seconds"
         response = self._render(
-            ctx, "error.html", status, title=title, message=body["message"], code=body["code"]
+            ctx,
+            "error.html",
+            status,
+            title=title,
+            message=plain_message(exc, body["message"]),
+            code=body["code"],
         )
         response.headers.update(error_headers(exc))
         return response
@@ -433,12 +577,13 @@ class _UI:
     # -- pages --
 
     async def overview(self, ctx: _Ctx) -> Response:
-        """Counts, memories added per day, LLM use, the store and embedder."""
+        """Counts, memories added per day, extraction failures, LLM use, the store and embedder."""
         cat = await self.catalog(ctx.caller)
         llm = self.memory.llm
         stats_fn = getattr(llm, "stats", None)
         stats = stats_fn() if stats_fn is not None else None
         config = self.memory.config
+        failures, failures_capped = await self._failures_everywhere(ctx, cat, False)
         return self._render(
             ctx,
             "overview.html",
@@ -452,6 +597,8 @@ class _UI:
             embedder=self.memory.embedder.model,
             dim=self.memory.embedder.dim,
             engine=self.service.engine,
+            open_failures=len(failures),
+            failures_capped=failures_capped,
         )
 
     async def scopes(self, ctx: _Ctx) -> Response:
@@ -476,49 +623,153 @@ class _UI:
             "filters": q.get("filters", ""),
         }
 
+    @staticmethod
+    def _scopes_of(cat: Mapping[str, Any], kinds: tuple[str, ...]) -> list[dict[str, str | None]]:
+        """The scopes of the catalog, largest first (users, then agents, then runs)."""
+        out: list[dict[str, str | None]] = []
+        for kind, name in (("user_id", "users"), ("agent_id", "agents"), ("run_id", "runs")):
+            if kind not in kinds:
+                continue
+            for value, _ in sorted(cat[name].items(), key=lambda kv: (-kv[1], kv[0])):
+                out.append({k: (value if k == kind else None) for k in SCOPE_KINDS})
+        return out
+
+    async def _rows(
+        self,
+        ctx: _Ctx,
+        scopes: list[dict[str, str | None]],
+        filters: dict[str, Any] | None,
+        show_expired: bool,
+        upto: int,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The newest ``upto`` memories of the scopes, merged newest first; whether more exist."""
+        found: dict[str, dict[str, Any]] = {}
+        more = False
+        for scope in scopes:
+            offset = 0
+            while offset < upto:
+                want = min(_CHUNK, upto - offset)
+                page = await self.service.list_memories(
+                    ctx.caller,
+                    user_id=scope["user_id"],
+                    agent_id=scope["agent_id"],
+                    run_id=scope["run_id"],
+                    filters=filters,
+                    top_k=want,
+                    offset=offset,
+                    show_expired=show_expired,
+                )
+                for row in page["results"]:
+                    found.setdefault(row["id"], row)
+                offset += len(page["results"])
+                if len(page["results"]) < want:
+                    break
+            else:
+                more = True
+        rows = sorted(found.values(), key=lambda r: r.get("created_at") or "", reverse=True)
+        return rows, more
+
     async def _memories_data(self, ctx: _Ctx) -> dict[str, Any]:
         scope = self._scope(ctx.request)
         args = self._listing_args(ctx)
+        params = ctx.request.query_params
         try:
-            page = max(1, int(ctx.request.query_params.get("page", "1")))
+            page = max(1, int(params.get("page", "1")))
         except ValueError:
             page = 1
+        state = params.get("state") if params.get("state") in STATES else "live"
+        text = (params.get("text") or "").strip()
+        shown = self._effective(ctx, scope)
         data: dict[str, Any] = {
-            "scope": self._effective(ctx, scope),
+            "scope": shown,
             "args": args,
             "ops": _OPS,
             "page": page,
+            "state": state,
+            "states": STATES,
+            "text": text,
             "results": None,
             "more": False,
+            "total": None,
+            "total_capped": False,
+            "pages": [],
             "error": None,
-            "query_base": _query({**scope, **args}),
+            "all_scopes": False,
+            "page_size": PAGE_SIZE,
+            "query_base": _query(
+                {**scope, **args, "state": "" if state == "live" else state, "text": text}
+            ),
         }
-        if not any(data["scope"].values()):
+        cross = not any(shown.values())
+        if cross and not ctx.caller.admin:
             return data
+        data["all_scopes"] = cross
         try:
             filters = build_filter(args["fk"], args["fop"], args["fv"], args["filters"])
-            found = await self.service.list_memories(
-                ctx.caller,
-                user_id=scope["user_id"],
-                agent_id=scope["agent_id"],
-                run_id=scope["run_id"],
-                filters=filters,
-                top_k=PAGE_SIZE + 1,
-                offset=(page - 1) * PAGE_SIZE,
-            )
+            if state == "expired":
+                now = datetime.now(UTC).isoformat()
+                expired = {"expires_at": {"lt": now}}
+                filters = expired if filters is None else {"AND": [filters, expired]}
+            show_expired = state == "expired"
+            cat = await self.catalog(ctx.caller)
+            if cross:
+                scopes = self._scopes_of(cat, ("user_id", "agent_id"))[:FANOUT_SCOPES]
+            else:
+                scopes = [scope]
+            offset = (page - 1) * PAGE_SIZE
+            if text or cross:
+                upto = SCAN_LIMIT if text else min(offset + PAGE_SIZE + 1, CROSS_LIMIT)
+                rows, capped = await self._rows(ctx, scopes, filters, show_expired, upto)
+                if text:
+                    folded = text.casefold()
+                    rows = [r for r in rows if folded in (r.get("memory") or "").casefold()]
+                    data["total"], data["total_capped"] = len(rows), capped
+                elif not capped and not filters and state == "live":
+                    data["total"] = cat["live"]
+                else:
+                    data["total"], data["total_capped"] = len(rows), capped
+                results = rows[offset : offset + PAGE_SIZE + 1]
+            else:
+                found = await self.service.list_memories(
+                    ctx.caller,
+                    user_id=scope["user_id"],
+                    agent_id=scope["agent_id"],
+                    run_id=scope["run_id"],
+                    filters=filters,
+                    top_k=PAGE_SIZE + 1,
+                    offset=offset,
+                    show_expired=show_expired,
+                )
+                results = found["results"]
+                if len(results) <= PAGE_SIZE:
+                    data["total"] = offset + len(results) if results or page == 1 else None
+                else:
+                    data["total"] = _catalog_total(cat, scope) if not filters else None
+                    if data["total"] is None:
+                        rows, capped = await self._rows(
+                            ctx, scopes, filters, show_expired, COUNT_LIMIT
+                        )
+                        data["total"], data["total_capped"] = len(rows), capped
         except EngramError as exc:
             status, body = describe_error(exc)
             if status in (403, 503):
                 raise
-            data["error"] = body["message"]
+            data["error"] = plain_message(exc, body["message"])
             return data
-        results = found["results"]
         data["more"] = len(results) > PAGE_SIZE
         data["results"] = results[:PAGE_SIZE]
+        if data["total"] is not None:
+            last = max(1, -(-data["total"] // PAGE_SIZE))
+            if text or cross:
+                last = max(1, -(-min(data["total"], len(rows)) // PAGE_SIZE))
+            data["last_page"] = last
+            data["pages"] = page_numbers(min(page, last), last)
+        if not results and page == 1 and not filters and not text:
+            data["unknown_scope"] = not cross and not _catalog_total(cat, scope)
         return data
 
     async def memories(self, ctx: _Ctx) -> Response:
-        """A scope's memories, newest first, paged and filtered."""
+        """A scope's memories (every scope for an admin), newest first, paged and filtered."""
         data = await self._memories_data(ctx)
         cat = None
         if not any(data["scope"].values()):
@@ -537,39 +788,82 @@ class _UI:
         query = (params.get("q") or "").strip()
         as_of = (params.get("as_of") or "").strip() or None
         current_only = params.get("current") == "1"
+        raw_k = params.get("k") or str(SEARCH_SIZES[1])
+        top_k = int(raw_k) if raw_k in {str(n) for n in SEARCH_SIZES} else SEARCH_SIZES[1]
+        raw_threshold = (params.get("threshold") or "").strip()
+        shown = self._effective(ctx, scope)
+        retrieval = getattr(self.memory.config, "retrieval", None)
         data: dict[str, Any] = {
-            "scope": self._effective(ctx, scope),
+            "scope": shown,
             "args": args,
             "ops": _OPS,
             "q": query,
             "as_of": as_of or "",
             "current_only": current_only,
+            "k": top_k,
+            "sizes": SEARCH_SIZES,
+            "threshold": raw_threshold,
+            "weights": {
+                part: getattr(retrieval, f"{part}_weight", None)
+                for part in ("semantic", "bm25", "entity", "actor")
+            },
             "results": None,
             "error": None,
+            "all_scopes": False,
         }
         if not query:
             return data
+        cross = not any(shown.values())
+        if cross and not ctx.caller.admin:
+            return data
+        data["all_scopes"] = cross
         try:
+            threshold = None
+            if raw_threshold:
+                try:
+                    threshold = float(raw_threshold)
+                except ValueError:
+                    raise ValidationError(
+                        "the minimum score must be a number from 0 to 1, such as 0.3"
+                    ) from None
+                if not 0 <= threshold <= 1:
+                    raise ValidationError("the minimum score must be from 0 to 1")
             filters = build_filter(args["fk"], args["fop"], args["fv"], args["filters"])
-            found = await self.service.search(
-                ctx.caller,
-                query,
-                user_id=scope["user_id"],
-                agent_id=scope["agent_id"],
-                run_id=scope["run_id"],
-                filters=filters,
-                top_k=20,
-                explain=True,
-                as_of=as_of,
-                include_superseded=not current_only,
-            )
+            scopes = [scope]
+            if cross:
+                cat = await self.catalog(ctx.caller)
+                scopes = self._scopes_of(cat, ("user_id", "agent_id"))[:FANOUT_SCOPES]
+            merged: dict[str, dict[str, Any]] = {}
+            for one in scopes:
+                found = await self.service.search(
+                    ctx.caller,
+                    query,
+                    user_id=one["user_id"],
+                    agent_id=one["agent_id"],
+                    run_id=one["run_id"],
+                    filters=filters,
+                    top_k=top_k,
+                    threshold=threshold,
+                    explain=True,
+                    as_of=as_of,
+                    include_superseded=not current_only,
+                )
+                for hit in found["results"]:
+                    merged.setdefault(hit["id"], hit)
         except EngramError as exc:
             status, body = describe_error(exc)
             if status in (403, 503):
                 raise
-            data["error"] = body["message"]
+            data["error"] = plain_message(exc, body["message"])
             return data
-        data["results"] = found["results"]
+        results = list(merged.values())
+        if cross:
+            results.sort(key=lambda r: -(r.get("score") or 0))
+            results = results[:top_k]
+        for hit in results:
+            hit["words"] = matched_words(query, hit.get("memory") or "")
+            hit["matched"] = sorted({p.casefold() for p, m in hit["words"] if m})
+        data["results"] = results
         return data
 
     async def search(self, ctx: _Ctx) -> Response:
@@ -583,7 +877,7 @@ class _UI:
         return self._render(ctx, "_search_results.html", **data)
 
     async def memory_page(self, ctx: _Ctx, memory_id: str) -> Response:
-        """One memory: text, metadata, scope, history with diffs, timeline; the edit forms."""
+        """One memory: text, metadata, scope, what holds now, history with diffs; the edit forms."""
         history = await self.service.history(ctx.caller, memory_id)
         found: dict[str, Any] | None
         try:
@@ -594,18 +888,11 @@ class _UI:
         if found is not None:
             timeline = await self.service.timeline(ctx.caller, memory_id)
         sources = await self.service.source_messages(ctx.caller, memory_id)
-        versions = []
-        for event in history:
-            versions.append(
-                {
-                    **event,
-                    "diff": word_diff(event.get("old_memory"), event.get("new_memory")),
-                    "meta_diff": metadata_diff(
-                        event.get("old_metadata"), event.get("new_metadata")
-                    ),
-                }
-            )
+        rows = history_rows(history)
         last = history[-1]
+        back = _scope_of(found) if found is not None else {}
+        if not back:
+            back = {k: v for k, v in ctx.caller.bound.items() if v}
         return self._render(
             ctx,
             "memory.html",
@@ -614,11 +901,13 @@ class _UI:
             m=found,
             deleted=found is None,
             last_text=last.get("new_memory") or last.get("old_memory") or "",
-            versions=list(reversed(versions)),
+            versions=list(reversed(rows)),
             current_version=last.get("version"),
             timeline=timeline,
             this_kinds=(found or {}).get("link_kinds", {}),
             sources=sources,
+            back=_query(back),
+            back_label=_scope_label(back),
         )
 
     async def timeline_fragment(self, ctx: _Ctx, memory_id: str) -> Response:
@@ -633,26 +922,59 @@ class _UI:
             this_kinds=this.get("link_kinds", {}),
         )
 
+    async def _failure_messages(self, failure_id: int) -> tuple[dict[str, Any], list[Any], bool]:
+        """A failure's scope, kept messages and whether it is resolved, read from the store.
+
+        Only called for a failure the caller's own ``failures()`` listed (or
+        :meth:`_visible_failure` checked), so the store is read for nothing else.
+        """
+        store = self.memory.store
+        found = await anyio.to_thread.run_sync(store.failure, failure_id)
+        if found is None:
+            raise ValidationError(f"no extraction failure with id {failure_id}")
+        scope, messages, resolved = found
+        ids = {k: getattr(scope, k) for k in SCOPE_KINDS}
+        return ids, [m for _, m in messages], resolved
+
+    async def _failures_everywhere(
+        self, ctx: _Ctx, cat: Mapping[str, Any], include_resolved: bool
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """Failures of every scope the caller may see: its own, or (an admin) every known scope."""
+        if ctx.caller.bound:
+            found = await self.service.failures(ctx.caller, include_resolved=include_resolved)
+            return found, False
+        if not ctx.caller.admin:
+            return [], False
+        scopes = self._scopes_of(cat, SCOPE_KINDS)
+        out: dict[int, dict[str, Any]] = {}
+        for scope in scopes[:FAILURE_SCOPES]:
+            for failure in await self.service.failures(
+                ctx.caller, **scope, include_resolved=include_resolved
+            ):
+                out.setdefault(failure["id"], {**failure, "scope": scope})
+        return sorted(out.values(), key=lambda f: -int(f["id"])), len(scopes) > FAILURE_SCOPES
+
     async def failures(self, ctx: _Ctx) -> Response:
-        """Extraction failures of a scope, each with its error and a retry button."""
+        """Extraction failures of a scope (every scope for an admin), each with its messages."""
         scope = self._scope(ctx.request)
         shown = self._effective(ctx, scope)
         found: list[dict[str, Any]] | None = None
         error = None
+        capped = False
         include = ctx.request.query_params.get("resolved") == "1"
-        if any(shown.values()):
-            try:
+        cat = await self.catalog(ctx.caller)
+        try:
+            if any(scope.values()):
                 found = await self.service.failures(ctx.caller, **scope, include_resolved=include)
-            except EngramError as exc:
-                status, body = describe_error(exc)
-                if status in (403, 503):
-                    raise
-                error = body["message"]
+            else:
+                found, capped = await self._failures_everywhere(ctx, cat, include)
+        except EngramError as exc:
+            status, body = describe_error(exc)
+            if status in (403, 503):
+                raise
+            error = plain_message(exc, body["message"])
         for failure in found or []:
-            reply = failure.get("reply")
-            failure["reply_shown"] = None if reply is None else reply[:REPLY_SHOWN_CHARS]
-            failure["reply_cut"] = 0 if reply is None else max(0, len(reply) - REPLY_SHOWN_CHARS)
-        cat = None if any(shown.values()) else await self.catalog(ctx.caller)
+            await self._describe_failure(failure)
         return self._render(
             ctx,
             "failures.html",
@@ -661,9 +983,52 @@ class _UI:
             failures=found,
             error=error,
             cat=cat,
+            capped=capped,
+            all_scopes=not any(shown.values()),
             include_resolved=include,
             has_llm=self.memory.llm is not None,
-            back=_query(scope),
+        )
+
+    async def _describe_failure(self, failure: dict[str, Any]) -> None:
+        reply = failure.get("reply")
+        failure["reply_shown"] = None if reply is None else reply[:REPLY_SHOWN_CHARS]
+        failure["reply_cut"] = 0 if reply is None else max(0, len(reply) - REPLY_SHOWN_CHARS)
+        ids, messages, _ = await self._failure_messages(int(failure["id"]))
+        failure["said"] = messages
+        failure.setdefault("scope", ids)
+
+    async def _visible_failure(self, ctx: _Ctx, failure_id: str) -> dict[str, Any]:
+        """A failure the caller may see, by number; like an unknown one otherwise."""
+        unknown = ValidationError(f"no extraction failure with id {failure_id}")
+        try:
+            number = int(failure_id)
+        except ValueError:
+            raise unknown from None
+        ids, _, _ = await self._failure_messages(number)
+        try:
+            listed = await self.service.failures(ctx.caller, **ids, include_resolved=True)
+        except ScopeForbiddenError:
+            raise unknown from None
+        found = next((f for f in listed if f["id"] == number), None)
+        if found is None:
+            raise unknown
+        found["scope"] = ids
+        await self._describe_failure(found)
+        return found
+
+    async def failure_page(self, ctx: _Ctx, failure_id: str) -> Response:
+        """One extraction failure: what was said, the error, the reply; retry; the outcome."""
+        failure = await self._visible_failure(ctx, failure_id)
+        made = ctx.session.made.pop(str(failure["id"]), None)
+        return self._render(
+            ctx,
+            "failure.html",
+            nav="failures",
+            f=failure,
+            made=made,
+            has_llm=self.memory.llm is not None,
+            back=_query(failure["scope"]),
+            scope_label=_scope_label(failure["scope"]),
         )
 
     # -- changes (POST, CSRF-checked) --
@@ -724,7 +1089,10 @@ class _UI:
         return self._redirect(ctx, _memory_url(memory_id), f"Restored {what}.")
 
     async def purge(self, ctx: _Ctx, memory_id: str) -> Response:
-        """Erase a memory and its history for good, once the person typed the confirmation."""
+        """Erase a memory and its history for good, once the person typed the confirmation.
+
+        Afterwards the person lands on the list of the scope the memory was in.
+        """
         form = await self._form(ctx)
         if form.get("confirm", "").strip().lower() != "purge":
             return self._redirect(
@@ -732,23 +1100,116 @@ class _UI:
                 _memory_url(memory_id),
                 "Not purged: type purge in the box to confirm that it cannot be undone.",
             )
+        back: dict[str, str | None] = {k: None for k in SCOPE_KINDS}
+        with contextlib.suppress(MemoryNotFoundError):  # deleted: the caller's own list
+            back.update(_scope_of(await self.service.get(ctx.caller, memory_id)))
         await self.service.purge(ctx.caller, memory_id)
         self._forget_catalog()
-        return self._redirect(ctx, "/ui/memories", f"Purged {memory_id}: it is gone for good.")
+        target = "/ui/memories" + (f"?{_query(back)}" if any(back.values()) else "")
+        return self._redirect(ctx, target, "Purged: that memory and its history are gone for good.")
 
     async def retry(self, ctx: _Ctx, failure_id: str) -> Response:
-        """Run extraction again on a failure's messages."""
-        form = await self._form(ctx)
+        """Retry extraction on a failure's messages, then show the failure (POST-redirect-GET)."""
+        await self._form(ctx)
+        failure = await self._visible_failure(ctx, failure_id)
+        target = f"/ui/failures/{failure['id']}"
+        if failure.get("resolved_at"):
+            return self._redirect(ctx, target, "This failure was already retried successfully.")
         try:
-            number = int(failure_id)
-        except ValueError:
-            raise ValidationError(f"no extraction failure with id {failure_id}") from None
-        back = "/ui/failures" + (f"?{form['back']}" if form.get("back") else "")
-        result = await self.service.retry_extraction(ctx.caller, number)
+            result = await self.service.retry_extraction(ctx.caller, int(failure["id"]))
+        except EngramError as exc:
+            status, body = describe_error(exc)
+            if status in (403, 503):
+                raise
+            ctx.session.flash_error = True
+            return self._redirect(
+                ctx, target, "Retry failed: " + plain_message(exc, body["message"])
+            )
         self._forget_catalog()
-        added = sum(1 for r in result.get("results", []) if r.get("event") == "ADD")
+        changed = [r for r in result.get("results", []) if r.get("id")]
+        added = sum(1 for r in changed if r.get("event") == "ADD")
+        ctx.session.made[str(failure["id"])] = [
+            {"id": r["id"], "memory": r.get("memory", ""), "event": r.get("event", "")}
+            for r in changed
+        ][:50]
         noun = "memory" if added == 1 else "memories"
-        return self._redirect(ctx, back, f"Retried failure {number}: {added} new {noun}.")
+        return self._redirect(ctx, target, f"Retried: extraction worked, {added} new {noun}.")
+
+    # -- API keys (an admin key only) --
+
+    def _key_admin(self, ctx: _Ctx) -> KeyStore:
+        """The key store, for a session signed in with an admin key; a missing page otherwise."""
+        if self.keys is None or not ctx.auth or not ctx.caller.admin or not ctx.caller.key_id:
+            raise _Page(
+                self._render(
+                    ctx,
+                    "error.html",
+                    404,
+                    title="Not found",
+                    message="There is no such page.",
+                )
+            )
+        return self.keys
+
+    async def keys_page(self, ctx: _Ctx) -> Response:
+        """Every API key (revoked ones too) with its scope and capabilities; the create form."""
+        if self.keys is not None and not ctx.auth:
+            return self._render(ctx, "keys.html", nav="keys", keys=None, caps=CAPABILITIES)
+        store = self._key_admin(ctx)
+        listed = await anyio.to_thread.run_sync(store.list_keys)
+        new = ctx.session.new_key
+        ctx.session.new_key = None
+        return self._render(
+            ctx,
+            "keys.html",
+            nav="keys",
+            keys=list(reversed(listed)),
+            new=new,
+            caps=CAPABILITIES,
+            mine=ctx.caller.key_id,
+        )
+
+    async def key_create(self, ctx: _Ctx) -> Response:
+        """Create a key; its secret is shown once, on the next page."""
+        store = self._key_admin(ctx)
+        form = await self._form(ctx)
+        admin = form.get("kind") == "admin"
+        can = [c for c in CAPABILITIES if form.get(f"can_{c}") == "1" and c != "admin"]
+        users = [u.strip() for u in form.get("users", "").split(",") if u.strip()]
+
+        def make() -> NewKey:
+            return store.create(
+                user_id=None if admin else (form.get("user_id", "").strip() or None),
+                agent_id=None if admin else (form.get("agent_id", "").strip() or None),
+                run_id=None if admin else (form.get("run_id", "").strip() or None),
+                admin=admin,
+                name=form.get("name", "").strip() or None,
+                can=None if admin else (can or None),
+                users=users,
+                any_user=form.get("any_user") == "1",
+            )
+
+        try:
+            made = await anyio.to_thread.run_sync(make)
+        except EngramError as exc:
+            ctx.session.flash_error = True
+            return self._redirect(ctx, "/ui/keys", "Not created: " + str(exc).replace("--", ""))
+        ctx.session.new_key = (made.info.id, made.key)
+        return self._redirect(ctx, "/ui/keys", f"Created key {made.info.id}.")
+
+    async def key_revoke(self, ctx: _Ctx, key_id: str) -> Response:
+        """Revoke a key: every session signed in with it ends at once."""
+        store = self._key_admin(ctx)
+        await self._form(ctx)
+        if not re.fullmatch(r"[0-9a-f]{8}", key_id):
+            raise ValidationError("there is no key with this id")
+        try:
+            await anyio.to_thread.run_sync(store.revoke, key_id)
+        except EngramError:
+            raise ValidationError("there is no key with this id") from None
+        if key_id == ctx.caller.key_id:
+            return self._redirect(ctx, "/ui/signin", "You revoked your own key: signed out.")
+        return self._redirect(ctx, "/ui/keys", f"Revoked key {key_id}: it no longer works.")
 
     # -- signing in and out --
 
@@ -762,7 +1223,7 @@ class _UI:
         """Check the key; on success start a fresh session (a new id) holding it."""
         form = await self._form(ctx)
         key = form.get("key", "").strip()
-        target = _safe_next(form.get("next"))
+        target = _safe_next(form.get("next") or ctx.request.query_params.get("next"))
         if not self._auth_on():
             return self._redirect(ctx, target)
         found = self.keys.verify(key) if self.keys is not None and key else None
@@ -773,7 +1234,7 @@ class _UI:
                 401,
                 nav="signin",
                 next=target,
-                error="That API key is unknown or revoked.",
+                error="That API key is unknown or revoked. Check that it was pasted whole.",
             )
         self.sessions.drop(ctx.sid)
         sid, _ = self.sessions.new(key)
@@ -782,17 +1243,13 @@ class _UI:
         return response
 
     async def signout(self, ctx: _Ctx) -> Response:
-        """End the session."""
+        """End the session; the sign-in page then says so."""
         await self._form(ctx)
         self.sessions.drop(ctx.sid)
+        sid, session = self.sessions.new()
+        session.flash = "You are signed out."
         response = RedirectResponse("/ui/signin", status_code=303)
-        response.delete_cookie(
-            COOKIE,
-            path="/ui",
-            secure=ctx.request.url.scheme == "https",
-            httponly=True,
-            samesite="strict",
-        )
+        self._set_cookie(response, sid, ctx.request)
         return response
 
 
@@ -802,6 +1259,35 @@ def _query(values: Mapping[str, Any]) -> str:
 
 def _memory_url(memory_id: str) -> str:
     return "/ui/memory/" + memory_id
+
+
+def _scope_of(memory: Mapping[str, Any]) -> dict[str, str | None]:
+    """The list a memory belongs in: its user, else its agent, else its run."""
+    for kind in SCOPE_KINDS:
+        if memory.get(kind):
+            return {kind: memory[kind]}
+    return {}
+
+
+def _who(caller: Caller) -> str:
+    """Who is signed in, as a person reads it: the key and what it may see."""
+    seen = _scope_label(caller.bound) or "every scope"
+    return f"key {caller.key_id} · {seen}"
+
+
+def _scope_label(scope: Mapping[str, str | None]) -> str:
+    """``user alice, agent coach``: a scope as a person reads it."""
+    return ", ".join(f"{k.removesuffix('_id')} {v}" for k, v in scope.items() if v)
+
+
+def _catalog_total(cat: Mapping[str, Any], scope: Mapping[str, str | None]) -> int | None:
+    """A one-id scope's live memories, from the counts; ``None`` for a scope of several ids."""
+    named = [(k, v) for k, v in scope.items() if v]
+    if len(named) != 1:
+        return None
+    kind, value = named[0]
+    counts = cat[{"user_id": "users", "agent_id": "agents", "run_id": "runs"}[kind]]
+    return int(counts.get(value, 0))
 
 
 def _next_of(request: Request) -> str:
@@ -874,7 +1360,11 @@ def install_ui(
     route("POST", "/ui/memory/{memory_id}/delete", ui.delete)
     route("POST", "/ui/memory/{memory_id}/restore", ui.restore)
     route("POST", "/ui/memory/{memory_id}/purge", ui.purge)
+    route("GET", "/ui/failures/{failure_id}", ui.failure_page)
     route("POST", "/ui/failures/{failure_id}/retry", ui.retry)
+    route("GET", "/ui/keys", ui.keys_page)
+    route("POST", "/ui/keys", ui.key_create)
+    route("POST", "/ui/keys/{key_id}/revoke", ui.key_revoke)
     route("GET", "/ui/fragments/memories", ui.memories_fragment)
     route("GET", "/ui/fragments/search", ui.search_fragment)
     route("GET", "/ui/fragments/timeline/{memory_id}", ui.timeline_fragment)
