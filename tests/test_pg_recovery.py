@@ -336,3 +336,24 @@ def test_rest_readyz_and_503_during_an_outage(
         found = client.post("/search", json=body)
         assert found.status_code == 200, found.text
         assert found.json()["results"]
+
+
+def test_bench_pg_restart_reports_every_target() -> None:
+    from engramdb_bench import pg_restart
+
+    report = pg_restart.run(
+        clients=2,
+        outage_s=2.5,  # room for a whole /readyz probe (0.9 s) while it is down
+        modes=("immediate",),
+        patience=1.0,
+        settle_s=0.5,
+        after_s=1.0,
+        echo=lambda line: None,
+    )
+    figures = report["modes"]["immediate"]
+    assert figures["failures_after_back"] == 0
+    assert figures["adds_2xx"] > 0 and figures["adds_2xx_not_stored_once"] == 0
+    assert figures["adds_503_stored"] == 0
+    assert figures["longest_wait_s"] <= 2.0
+    assert report["met"], figures
+    assert "immediate stop (met)" in pg_restart.format_report(report)

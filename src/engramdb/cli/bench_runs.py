@@ -1,4 +1,4 @@
-"""``engram bench`` (continued): perf, pipeline, extraction, torture, ui, updates, compare.
+"""``engram bench`` (continued): perf, pipeline, extraction, torture, ui, updates, pg-restart...
 
 Each command is a thin face over an ``engramdb_bench`` module (also
 ``embedders``); the shared options and the "not installed" message live in
@@ -457,7 +457,9 @@ def bench_knowledge_update(
     if ask_at not in ("end", "clock"):
         raise typer.BadParameter("must be 'end' or 'clock'", param_hint="--ask-at")
     modes = bench.MODES if mode == "all" else (mode,)
-    cfg = _load_config(config or ctx.find_root().obj.config_file) if mode == "extracted" else None
+    # The config's LLM is for 'extracted'; its retrieval section applies to every mode.
+    cfg_file = config or ctx.find_root().obj.config_file
+    cfg = _load_config(cfg_file) if mode == "extracted" or cfg_file is not None else None
     with _expected_errors():
         try:
             report = bench.run(
@@ -634,3 +636,58 @@ def bench_embedders(
         return
     bench.print_report(report)
     _note(f"wrote {out}")
+
+
+@bench_app.command("pg-restart")
+def bench_pg_restart(
+    clients: Annotated[
+        int, typer.Option(metavar="N", help="HTTP clients adding and searching without pause.")
+    ] = 8,
+    outage: Annotated[
+        float, typer.Option(metavar="SECONDS", help="How long PostgreSQL stays stopped.")
+    ] = 5.0,
+    modes: Annotated[
+        str, typer.Option(metavar="LIST", help="pg_ctl stop modes, in order: fast, immediate.")
+    ] = "fast,immediate",
+    deadline: Annotated[
+        float,
+        typer.Option(metavar="SECONDS", help="The store's unavailable_timeout (the 503 deadline)."),
+    ] = 5.0,
+    engine: Annotated[
+        str, typer.Option(metavar="ENGINE", help="async (AsyncMemory) or sync (Memory in threads).")
+    ] = "async",
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
+    ] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Stop an embedded PostgreSQL under REST load and count what clients saw; exit 1 if missed.
+
+    Targets: no failure once it is back, every 2xx add stored exactly once,
+    /readyz 503 while it is down, no request waiting over the deadline + 1 s.
+    """
+    with _benchmarks():
+        from engramdb_bench import pg_restart as bench
+
+    echo = _note if json_out else _say
+    chosen = tuple(m.strip() for m in modes.split(",") if m.strip())
+    try:
+        report = bench.run(
+            clients=clients,
+            outage_s=outage,
+            modes=chosen,
+            patience=deadline,
+            engine=engine,
+            out=out,
+            echo=echo,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if json_out:
+        _print_json(report)
+    else:
+        _say(bench.format_report(report))
+        if out is not None:
+            _note(f"Figures written to {out}")
+    if not report["met"]:
+        raise typer.Exit(1)

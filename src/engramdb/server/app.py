@@ -59,8 +59,9 @@ __all__ = ["COMPAT_MODES", "create_app"]
 
 log = logging.getLogger("engramdb.server")
 
-READY_TIMEOUT_S = 2.0
-"""How long ``/readyz`` waits for the store to answer before it says 503."""
+READY_TIMEOUT_S = 0.9
+"""How long ``/readyz`` waits for the store to answer before it says 503: under the
+1 s a readiness probe waits by default (Kubernetes' ``timeoutSeconds``)."""
 
 MemoryId = Annotated[str, Path(description="The memory's id.")]
 

@@ -143,6 +143,12 @@ def translate(exc: Exception) -> Exception:
     return StoreError(f"PostgreSQL error: {exc}")
 
 
+def _first_line(cause: object) -> str:
+    """The first line of an error: libpq's messages run over several lines."""
+    text = str(cause).strip()
+    return text.splitlines()[0] if text else text
+
+
 class Health:
     """Whether a store's server is failing: what its calls and its pool saw last.
 
@@ -166,7 +172,7 @@ class Health:
     def failed(self, cause: object = "") -> None:
         """A connection broke, was found closed, or could not be made."""
         if cause:
-            self.cause = str(cause).strip()
+            self.cause = _first_line(cause)
         if self.since is None:
             self.since = time.monotonic()
 
@@ -221,7 +227,7 @@ class Attempts:
 
     def unavailable(self, cause: BaseException | str | None = None) -> StoreUnavailableError:
         """The error of a call that found the server unreachable until its deadline."""
-        why = str(cause).strip() if cause else self.health.cause or "no connection could be made"
+        why = _first_line(cause) if cause else self.health.cause or "no connection could be made"
         return StoreUnavailableError(
             f"PostgreSQL cannot be reached ({why}); the call gave up after "
             f"{self.patience:g} s (the store's unavailable_timeout) and did nothing: "
@@ -292,7 +298,7 @@ class Attempts:
             log.log(
                 logging.WARNING if self.breaks == 1 else logging.DEBUG,
                 "retrying on a fresh connection (%s)",
-                str(exc).strip(),
+                _first_line(exc),
             )
             return "retry"
         if self.write and not self.rebound and _is_rebind(exc):

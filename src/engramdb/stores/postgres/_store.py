@@ -80,6 +80,7 @@ a backoff that doubles up to minutes: a server back after an outage would wait
 for the next try). A call that waits for a connection asks for a new one each
 :data:`~engramdb.stores.postgres._driver.SLICE_S`, so the pool reconnects as
 soon as the server accepts connections."""
+_CANNOT_CONNECT = "no new connection could be made: the server refuses or does not answer"
 
 
 class _Flows(_WriteFlows, _NeighbourFlows, _EntityHopFlows, _ReadFlows):
@@ -262,7 +263,7 @@ class PostgresStore(_Operations):
         self.health.recovered()
 
     def _reconnect_failed(self, pool: object) -> None:
-        self.health.failed()
+        self.health.failed(_CANNOT_CONNECT)
 
     def pool(self) -> ConnectionPool:
         """The connection pool (opened on first use)."""
@@ -448,7 +449,7 @@ class AsyncPostgresStore(_Operations):
         self.sync.health.recovered()
 
     def _reconnect_failed(self, pool: object) -> None:
-        self.sync.health.failed()
+        self.sync.health.failed(_CANNOT_CONNECT)
 
     async def pool(self) -> AsyncConnectionPool:
         """The asyncio connection pool (opened on first use)."""
