@@ -998,20 +998,24 @@ class _UI:
         failure.setdefault("scope", ids)
 
     async def _visible_failure(self, ctx: _Ctx, failure_id: str) -> dict[str, Any]:
-        """A failure the caller may see, by number; like an unknown one otherwise."""
-        unknown = ValidationError(f"no extraction failure with id {failure_id}")
+        """A failure the caller may see, by number; a missing page (404) otherwise."""
         try:
             number = int(failure_id)
-        except ValueError:
-            raise unknown from None
-        ids, _, _ = await self._failure_messages(number)
-        try:
+            ids, _, _ = await self._failure_messages(number)
             listed = await self.service.failures(ctx.caller, **ids, include_resolved=True)
-        except ScopeForbiddenError:
-            raise unknown from None
+        except (ValueError, ValidationError, ScopeForbiddenError):
+            listed, number, ids = [], 0, {}
         found = next((f for f in listed if f["id"] == number), None)
         if found is None:
-            raise unknown
+            raise _Page(
+                self._render(
+                    ctx,
+                    "error.html",
+                    404,
+                    title="Not found",
+                    message="There is no extraction failure with this number that you may see.",
+                )
+            )
         found["scope"] = ids
         await self._describe_failure(found)
         return found
