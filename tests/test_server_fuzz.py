@@ -64,6 +64,7 @@ OPERATIONS = [
     ("GET", "/failures"),
     ("POST", "/failures/{failure_id}/retry"),
     ("GET", "/healthz"),
+    ("GET", "/readyz"),
     ("GET", "/metrics"),
 ]
 
@@ -76,7 +77,7 @@ def test_every_operation_is_fuzzed(live_schema: Any) -> None:
     assert found == set(OPERATIONS)
 
 
-NO_INPUT = {("GET", "/healthz"), ("GET", "/metrics")}
+NO_INPUT = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics")}
 """Operations without parameters: nothing to break, so no invalid requests to make."""
 
 

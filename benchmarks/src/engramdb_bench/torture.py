@@ -616,7 +616,8 @@ def _part_fuzz(workdir: Path, examples: int, bars: Progress) -> dict[str, Any]:
                 (op, mode)
                 for op in operations
                 for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
-                if mode is GenerationMode.POSITIVE or op.path not in ("/healthz", "/metrics")
+                if mode is GenerationMode.POSITIVE
+                or op.path not in ("/healthz", "/readyz", "/metrics")
             ]
             total = len(plans) * examples * len(headers)
             with bars.bar("REST fuzzing (schemathesis)", total) as tick:
