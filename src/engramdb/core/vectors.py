@@ -29,6 +29,7 @@ not quantised at all (asymmetric ranking). Figures: ``docs/vector-index.md``.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Final
 
@@ -75,6 +76,10 @@ _FIT_SAMPLE: Final = 20_000
 # Up to this many allowed keys, per-key dict look-ups (~70 ns each) beat
 # np.isin over every row (~1-2 ms at 100k rows).
 _SMALL_ALLOWED: Final = 4_096
+
+
+# Bytes of one key-to-row entry beyond the dict's table: two int objects.
+_ENTRY_BYTES: Final = 64
 
 
 def _default_prefilter_dim(dim: int) -> int:
@@ -178,6 +183,19 @@ class VectorIndex:
                 total += self._proj.nbytes + self._basis.nbytes
             return int(total)
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes the index holds, estimated in O(1) without its lock (for cache bounds).
+
+        :attr:`nbytes` (the arrays, by capacity) plus the key-to-row dict: its
+        table (``sys.getsizeof``) and two int objects an entry.
+        """
+        total = self._keys.nbytes + self._vecs.nbytes + self._alive.nbytes
+        proj, basis = self._proj, self._basis
+        if proj is not None and basis is not None:
+            total += proj.nbytes + basis.nbytes
+        return int(total) + sys.getsizeof(self._row_of) + len(self._row_of) * _ENTRY_BYTES
+
     def __len__(self) -> int:
         """Return the number of live (added and not removed) keys."""
         with self._lock:
@@ -193,9 +211,14 @@ class VectorIndex:
     # ------------------------------------------------------------ mutations
 
     def reserve(self, rows: int) -> None:
-        """Make room for ``rows`` rows in all, so adds up to that many copy nothing."""
+        """Make room for ``rows`` rows in all, so adds up to that many copy nothing.
+
+        Exactly that many (a cold load knows its count): a scope of 20
+        memories holds 20 rows, not the 64 that growth starts from.
+        """
         with self._lock:
-            self._reserve(rows)
+            if rows > self._keys.shape[0]:
+                self._resize(rows)
 
     def add(self, keys: npt.ArrayLike, vectors: npt.ArrayLike, *, refit: bool = True) -> None:
         """Add vectors under ``keys``; a key already present gets the new vector.

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from engramdb.errors import ConfigError, UnknownProviderError
 from engramdb.stores.base import AsyncStore, Store
+from engramdb.stores.kernel.caches import DEFAULT_CACHE_BYTES
 
 if TYPE_CHECKING:
     from engramdb.stores.postgres import AsyncPostgresStore, PostgresStore
@@ -44,7 +45,7 @@ POSTGRES_PROVIDERS: tuple[str, ...] = ("pgvector", "postgres", "postgresql")
 SUPPORTED_STORES: tuple[str, ...] = ("sqlite", *POSTGRES_PROVIDERS)
 """Provider names :func:`make_store` accepts."""
 
-SQLITE_OPTIONS = ("path", "db_path", "busy_timeout", "max_cached_vectors")
+SQLITE_OPTIONS = ("path", "db_path", "busy_timeout", "max_cached_vectors", "cache_bytes")
 
 POSTGRES_OPTIONS = (
     # where: a URL / libpq string, or mem0's separate keys
@@ -65,6 +66,7 @@ POSTGRES_OPTIONS = (
     "pool_timeout",
     "unavailable_timeout",
     "max_cached_docs",
+    "cache_bytes",
     "ef_search",
     # mem0 pgvector keys accepted and ignored (the dimension comes from the embedder;
     # the HNSW index is always built)
@@ -85,6 +87,25 @@ def _check_keys(provider: str, config: Mapping[str, Any], accepted: tuple[str, .
         )
 
 
+def _check_counts(provider: str, config: Mapping[str, Any], keys: tuple[str, ...]) -> None:
+    """Refuse a count option (and ``cache_bytes``) that is not a non-negative integer."""
+    for key in keys:
+        value = config.get(key)
+        if key in config and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ConfigError(
+                f"{provider} option {key} must be a non-negative integer; got {value!r}"
+            )
+    value = config.get("cache_bytes")
+    if "cache_bytes" in config and (
+        isinstance(value, bool) or not isinstance(value, int) or value < 0
+    ):
+        raise ConfigError(
+            f"{provider} option cache_bytes must be a non-negative integer (bytes: the bound on "
+            f"the per-scope caches of one process, e.g. {DEFAULT_CACHE_BYTES} for 256 MiB); "
+            f"got {value!r}"
+        )
+
+
 def check_store_config(provider: str, config: Mapping[str, Any]) -> None:
     """Refuse unknown providers and unknown options before anything is opened."""
     if provider not in SUPPORTED_STORES:
@@ -93,9 +114,7 @@ def check_store_config(provider: str, config: Mapping[str, Any]) -> None:
         _check_keys(provider, config, POSTGRES_OPTIONS)
         if "schema" in config and "collection_name" in config:
             raise ConfigError("give the PostgreSQL schema as collection_name or schema, not both")
-        for key in ("min_size", "max_size", "max_cached_docs", "ef_search"):
-            if key in config and (not isinstance(config[key], int) or config[key] < 0):
-                raise ConfigError(f"{provider} option {key} must be a non-negative integer")
+        _check_counts(provider, config, ("min_size", "max_size", "max_cached_docs", "ef_search"))
         patience = config.get("unavailable_timeout")
         if patience is not None and (
             isinstance(patience, bool) or not isinstance(patience, int | float) or patience <= 0
@@ -105,6 +124,7 @@ def check_store_config(provider: str, config: Mapping[str, Any]) -> None:
             )
         return
     _check_keys(provider, config, SQLITE_OPTIONS)
+    _check_counts(provider, config, ("max_cached_vectors",))
 
 
 def store_from_env() -> tuple[str, dict[str, Any]] | None:
@@ -149,7 +169,7 @@ def make_store(provider: str, config: Mapping[str, Any], default_path: Path) -> 
         except ImportError as exc:
             raise ConfigError(str(exc)) from exc
 
-        return PostgresStore(
+        store = PostgresStore(
             _postgres_conninfo(config),
             schema=str(config.get("collection_name") or config.get("schema") or DEFAULT_SCHEMA),
             min_size=int(config.get("min_size", 1)),
@@ -159,6 +179,9 @@ def make_store(provider: str, config: Mapping[str, Any], default_path: Path) -> 
             ef_search=int(config.get("ef_search", 200)),
             unavailable_timeout=float(config.get("unavailable_timeout", 5.0)),
         )
+        # The bound on the bytes of the keyword caches, over every scope (per process).
+        store.flows.caches.max_bytes = int(config.get("cache_bytes", DEFAULT_CACHE_BYTES))
+        return store
     from engramdb.stores.sqlite import SQLiteStore
 
     path = config.get("path") or config.get("db_path") or default_path
@@ -166,4 +189,5 @@ def make_store(provider: str, config: Mapping[str, Any], default_path: Path) -> 
         Path(path).expanduser(),
         busy_timeout_s=float(config.get("busy_timeout", 30.0)),
         max_cached_vectors=int(config.get("max_cached_vectors", 2_000_000)),
+        cache_bytes=int(config.get("cache_bytes", DEFAULT_CACHE_BYTES)),
     )

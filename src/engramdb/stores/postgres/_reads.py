@@ -320,6 +320,8 @@ class _ReadFlows(_FlowBase):
             return []
         sem = yield from self.nearest(sql, params, query, n)
         pool = Pool(n, allowed, [int(r[0]) for r in sem], cache.bm25, terms)
+        # What the keyword search kept (a term's postings as arrays) counts now.
+        self.account((kind, value), cache)
         if entities:
             # Every link of a memory that can end up in the pool: memories of
             # entities with at most n memories (the pool takes them), and the
@@ -434,9 +436,18 @@ class _ReadFlows(_FlowBase):
                     continue  # moved meanwhile, not past our snapshot: read from there
                 # (else: another thread caught up from a newer snapshot; it wins)
                 self.caches.touch(key)
+                # An O(1) estimate; what the last search cached (postings) counts now.
+                self.caches.account(key, cache, cache.nbytes(), cache.size())
                 self.caches.evict()
                 return cache
         raise ConflictError("the keyword index kept being reset while it was read; search again")
+
+    def account(self, key: tuple[str, str], cache: _Cache) -> None:
+        """Count ``cache``'s bytes as they are now (if it is still ``key``'s), then evict."""
+        nbytes, size = cache.nbytes(), cache.size()  # O(1), outside the table lock
+        with self.caches.lock:
+            self.caches.account(key, cache, nbytes, size)
+            self.caches.evict()
 
     @staticmethod
     def _apply(cache: _Cache, rows: Sequence[Sequence[Any]], snap: _Snapshot) -> _Cache:

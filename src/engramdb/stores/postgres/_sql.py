@@ -27,7 +27,7 @@ from engramdb.stores.base import (
     MemoryRow,
     Scope,
 )
-from engramdb.stores.kernel.caches import ScopeCache, ScopeCaches
+from engramdb.stores.kernel.caches import DEFAULT_CACHE_BYTES, ScopeCache, ScopeCaches
 from engramdb.stores.kernel.rebind import mismatch_error
 from engramdb.stores.kernel.rows import (
     HISTORY_COLUMNS,
@@ -184,7 +184,13 @@ class _FlowBase:
     drive these flows, and share one instance (and so one set of caches).
     """
 
-    def __init__(self, schema: str, max_cached_docs: int, ef_search: int) -> None:
+    def __init__(
+        self,
+        schema: str,
+        max_cached_docs: int,
+        ef_search: int,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
         self.schema = schema
         self.s = '"' + schema.replace('"', '""') + '"'
         self.ef_search = ef_search
@@ -194,7 +200,7 @@ class _FlowBase:
         self.binding: tuple[str, int] | None = None
         # Its lock guards the table of caches and the epoch; never held across I/O.
         self.caches: ScopeCaches[_Cache] = ScopeCaches(
-            max_cached_docs, epoch="-1", lock=threading.RLock()
+            max_cached_docs, epoch="-1", lock=threading.RLock(), max_bytes=cache_bytes
         )
         self.caught_up_rows = 0
         """Rows read by keyword-cache catch-ups so far (a figure for tests and benchmarks)."""

@@ -39,4 +39,7 @@ class SQLiteStore(_Writes, _Erasure, _Neighbours, _EntityHop, _Reads, _Search):
         path: the database file (created, with its folder, if missing).
         busy_timeout_s: how long a writer waits for another's lock.
         max_cached_vectors: bound on the vectors of the per-scope caches.
+        cache_bytes: bound on the bytes of the per-scope caches (vector and
+            keyword indexes, row memos) over every scope, least recently used
+            out first; default 256 MiB (docs/vector-index.md).
     """

@@ -29,7 +29,7 @@ from engramdb.stores.base import (
     Rebinding,
     Scope,
 )
-from engramdb.stores.kernel.caches import ScopeCache, ScopeCaches
+from engramdb.stores.kernel.caches import DEFAULT_CACHE_BYTES, ScopeCache, ScopeCaches
 from engramdb.stores.kernel.rebind import (
     checked_vectors,
     mismatch_error,
@@ -118,8 +118,22 @@ class _Cache(ScopeCache):
         self.rows = RowMemo()
         self.degrees = DegreeMemo()
 
+    OVERHEAD = 6_144
+    """Bytes of an empty cache: its record, two indexes, two memos and their locks."""
+
     def size(self) -> int:
+        """Vectors held: what counts against ``max_cached_vectors``."""
         return len(self.index)
+
+    def nbytes(self) -> int:
+        """Bytes held (an estimate): both indexes and both memos."""
+        return (
+            self.OVERHEAD
+            + self.index.held_bytes
+            + self.bm25.nbytes
+            + self.rows.nbytes
+            + self.degrees.nbytes
+        )
 
     def apply(
         self,
@@ -155,7 +169,7 @@ class SeqMemo(Generic[K, V]):
     the memo has moved on meanwhile. A full memo starts again empty.
     """
 
-    __slots__ = ("_entries", "_lock", "seq")
+    __slots__ = ("_entries", "_lock", "nbytes", "seq")
 
     MAX_ENTRIES = 4096
     """Entries kept at most."""
@@ -164,15 +178,23 @@ class SeqMemo(Generic[K, V]):
         self._lock = threading.Lock()
         self._entries: dict[K, V] = {}
         self.seq = 0
+        self.nbytes = 0
+        """Bytes of the entries kept (an estimate, :meth:`entry_bytes` each)."""
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @staticmethod
+    def entry_bytes(key: K, value: V) -> int:
+        """Bytes one entry holds (an estimate); subclasses say for theirs."""
+        return 200
 
     def reset(self, seq: int) -> None:
         """The cache caught up to ``seq``: forget everything read before."""
         with self._lock:
             if seq != self.seq:
                 self._entries = {}
+                self.nbytes = 0
                 self.seq = seq
 
     def put(self, seq: int, entries: Sequence[tuple[K, V]]) -> None:
@@ -182,7 +204,11 @@ class SeqMemo(Generic[K, V]):
                 return
             if len(self._entries) + len(entries) > self.MAX_ENTRIES:
                 self._entries = {}
-            self._entries.update(entries)
+                self.nbytes = 0
+            for key, value in entries:
+                if key not in self._entries:
+                    self.nbytes += self.entry_bytes(key, value)
+                self._entries[key] = value
 
 
 class RowMemo(SeqMemo[int, tuple[tuple[Any, ...], MemoryRow]]):
@@ -199,6 +225,12 @@ class RowMemo(SeqMemo[int, tuple[tuple[Any, ...], MemoryRow]]):
     """
 
     __slots__ = ()
+
+    @staticmethod
+    def entry_bytes(key: int, value: tuple[tuple[Any, ...], MemoryRow]) -> int:
+        """A row's columns and its record: ~1,100 bytes of objects, and its text twice."""
+        raw, _row = value
+        return 1_100 + 2 * sum(len(v) for v in raw if isinstance(v, str))
 
     def get(self, rowid: int) -> MemoryRow | None:
         """A new record of row ``rowid`` as last read, or None when it is not kept."""
@@ -247,6 +279,7 @@ class _Store:
         *,
         busy_timeout_s: float = 30.0,
         max_cached_vectors: int = 2_000_000,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         """Open (creating and migrating if needed) the database at ``path``."""
         self.path = Path(path).expanduser()
@@ -265,7 +298,7 @@ class _Store:
         # Its lock guards the table of caches and the epoch only, never I/O: a
         # scope's catch-up reads under that scope's own lock (_Cache.lock).
         self._table: ScopeCaches[_Cache] = ScopeCaches(
-            max_cached_vectors, epoch="0", lock=threading.Lock()
+            max_cached_vectors, epoch="0", lock=threading.Lock(), max_bytes=cache_bytes
         )
         self._caches = self._table.entries  # read by bench/perf.py
         self._migrate()

@@ -338,6 +338,8 @@ class _Search(_Store):
             found = self._rows_by_rowid(
                 con, keys, sql, params, memo=_memo_for(cache, scope, where, include_expired, params)
             )
+        # The rows and degrees this search kept in the cache's memos count now.
+        self._account(scope.items()[0], cache)
         cosine = dict(zip(cos_keys.tolist(), cos.tolist(), strict=True))
         return pool.build(keys, ((key, row, cosine.get(key, 0.0)) for key, row in found.items()))
 
@@ -457,15 +459,30 @@ class _Search(_Store):
                     table.put(key, cache)
             else:
                 table.touch(key)
-            if cache.seq >= seq:
-                return cache
+            current_already = cache.seq >= seq
+        if current_already:
+            # What the last searches kept (row memos, cached postings) counts now.
+            self._account(key, cache)
+            return cache
         with cache.lock:
             current = self._catch_up(cache, kind, value)
         with table.lock:
             if current is not cache and current.epoch == table.see(current.epoch):
                 table.put(key, current)
-            table.evict()
+        self._account(key, current)
         return current
+
+    def _account(self, key: tuple[str, str], cache: _Cache) -> None:
+        """Count ``cache``'s bytes as they are now, then evict what the bounds do not hold.
+
+        Measured outside the table lock (an O(1) estimate, :meth:`_Cache.nbytes`).
+        """
+        nbytes, size = cache.nbytes(), cache.size()
+        table = self._table
+        with table.lock:
+            table.account(key, cache, nbytes, size)
+            if table.over():
+                table.evict()
 
     def _catch_up(self, cache: _Cache, kind: str, value: str) -> _Cache:
         """Under ``cache.lock``: apply the rows changed since ``cache.seq``; returns the cache.
