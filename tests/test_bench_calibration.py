@@ -29,13 +29,48 @@ def test_fit_puts_the_two_medians_at_0_97_and_0_03() -> None:
 
 
 def test_the_curve_is_strictly_increasing_and_bounded() -> None:
-    cal = ScoreCalibration()
+    cal = ScoreCalibration()  # the shipped isotonic knots
+    (first, low), (last, high) = cal.knots[0], cal.knots[-1]
     xs = [i / 1000 for i in range(1001)]
     ys = [cal.apply(x) for x in xs]
-    assert all(0.0 <= y <= 1.0 for y in ys)
+    assert all(low <= y <= high for y in ys) and 0.0 < low < high < 1.0
+    inside = [y for x, y in zip(xs, ys, strict=True) if first <= x <= last]
+    assert all(b > a for a, b in itertools.pairwise(inside))
+    assert cal.apply(0.0) == low and cal.apply(1.0) == high  # flat beyond the ends
+    for x, y in cal.knots:
+        assert cal.apply(x) == pytest.approx(y)
+    logistic = ScoreCalibration(center=0.77, width=0.06)  # giving the logistic's terms picks it
+    assert logistic.knots == () and math.isclose(logistic.apply(0.77), 0.5)
+    ys = [logistic.apply(x) for x in xs]
     assert all(b > a for a, b in itertools.pairwise(ys) if 1e-12 < b < 1 - 1e-12)
     assert ScoreCalibration(center=1.0, width=0.001).apply(0.0) == 0.0  # exp overflow guarded
-    assert math.isclose(cal.apply(cal.center), 0.5)
+
+
+@pytest.mark.parametrize(
+    "knots",
+    [((0.5, 0.2), (0.4, 0.3)), ((0.1, 0.2), (0.5, 0.2)), ((0.1, 0.2), (0.5, 1.5))],
+)
+def test_knots_must_increase_and_be_probabilities(knots: tuple[tuple[float, float], ...]) -> None:
+    with pytest.raises(ValueError, match="knots"):
+        ScoreCalibration(knots=knots)
+
+
+def test_the_shipped_knots_are_what_the_fitter_makes() -> None:
+    """scripts/fit_calibration.py's binned isotonic fit, on rows whose answer is known."""
+    import importlib.util
+
+    import numpy as np
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "fit_calibration.py"
+    spec = importlib.util.spec_from_file_location("fit_calibration", path)
+    assert spec is not None and spec.loader is not None
+    fitter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fitter)
+    x = np.array([0.1, 0.12, 0.3, 0.32, 0.6, 0.62, 0.9, 0.92])
+    y = np.array([0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0])  # 0.3 bin above the 0.6 one: pooled
+    knots = fitter.fit_knots(x, y, np.ones_like(x))
+    assert [k[1] for k in knots] == [0.0, 0.25, 1.0]
+    ScoreCalibration(knots=knots)  # valid as shipped
 
 
 @pytest.mark.skipif(_DATA is None or not _DATA.is_file(), reason="LoCoMo data not found")
@@ -62,5 +97,5 @@ def test_run_on_two_short_conversations(tmp_path: Path, embedder: LocalEmbedder)
         # a fit on the other conversation still separates exact repeats from unrelated hits
         assert fold["exact_median"] > 0.8 and fold["unrelated_median"] < 0.2, fold
         assert sum(b["hits"] for b in fold["bands"]) > 0
-    assert report["default"] == ScoreCalibration().model_dump()
+    assert report["default"] == ScoreCalibration().model_dump(mode="json")
     assert "held-out fold" in calibration.format_report(report)

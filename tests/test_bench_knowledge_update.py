@@ -438,7 +438,7 @@ def test_questions_are_asked_after_the_last_session(
         ]
         for at, r in runs.items()
     }
-    assert mrr["end"] == 0.5 and mrr["clock"] < 0.5
+    assert mrr["end"] >= 0.5 and mrr["clock"] < mrr["end"], mrr
     assert ku._day_after(ku.load(data)[0]) == "2023-08-21T10:00:00+00:00"
 
 

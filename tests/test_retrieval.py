@@ -25,6 +25,7 @@ from engramdb.search import (
     HYBRID_WEIGHTED,
     KEYWORD_ONLY,
     FusionConfig,
+    ScoreCalibration,
     plan_query,
 )
 from engramdb.stores.base import Candidate, Scope
@@ -220,7 +221,11 @@ def test_calibration_keeps_the_fused_ranking(db_path: Path, embedder: LocalEmbed
             assert [h["score"] for h in hits] == [h["score_details"]["fusion"] for h in hits]
 
 
-def test_an_exact_repeat_scores_near_1_in_a_scope_of_six_memories(
+TOP = ScoreCalibration().knots[-1][1]
+"""The highest score the shipped curve gives (what the best-matching questions earn)."""
+
+
+def test_an_exact_repeat_scores_the_top_of_the_scale_in_a_scope_of_six_memories(
     db_path: Path, embedder: LocalEmbedder
 ) -> None:
     # the relative score takes the scope's size out: BM25's idf is small here
@@ -229,14 +234,15 @@ def test_an_exact_repeat_scores_near_1_in_a_scope_of_six_memories(
             m.add(text, user_id="u", infer=False)
         for text in _CORPUS:
             top = m.search(text, user_id="u")["results"][0]
-            assert top["memory"] == text and top["score"] >= 0.9, (text, top["score"])
+            assert top["memory"] == text and top["score"] >= 0.95 * TOP, (text, top["score"])
 
 
-def test_an_exact_repeat_scores_near_1_and_unrelated_text_near_0(
+def test_an_exact_repeat_scores_high_and_unrelated_text_near_0(
     db_path: Path, embedder: LocalEmbedder
 ) -> None:
-    # mem0's users set thresholds on a similarity scale (exact = 1); the default
-    # calibration (fitted on LoCoMo dev, engram bench calibration) keeps that meaning.
+    # The score is the probability that a memory answers the query (fitted on the
+    # development suite): an exact repeat earns the top of the curve, the best hit
+    # of an unrelated query about the floor.
     # The bundled demo conversation: 36 real-length messages in one scope.
     demo = json.loads(
         (Path(__file__).parents[1] / "src/engramdb/data/demo_conversation.json").read_text()
@@ -251,11 +257,11 @@ def test_an_exact_repeat_scores_near_1_and_unrelated_text_near_0(
             assert top["memory"] == text, text
             exact.append(top["score"])
         exact.sort()
-        assert exact[len(exact) // 10] >= 0.9 and exact[0] >= 0.6, exact[:5]
+        assert exact[len(exact) // 10] >= 0.9 * TOP and exact[0] >= 0.5 * TOP, exact[:5]
         for query in ["quantum chromodynamics on a lattice", "the tax code of Paraguay"]:
             best = m.search(query, user_id="u")["results"][0]["score"]
-            assert best <= 0.1, (query, best)
-        assert m.search("what is the capital of Peru", user_id="u", threshold=0.7)["results"] == []
+            assert best <= 0.03, (query, best)
+        assert m.search("what is the capital of Peru", user_id="u", threshold=0.3)["results"] == []
 
 
 # -- entity links follow the memory ---------------------------------------------------------

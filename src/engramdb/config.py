@@ -84,6 +84,7 @@ class ExtractionConfig(_Frozen):
         """How many related memories an add of ``messages`` new messages shows."""
         scaled = min(self.related_per_message * messages, RELATED_CAP)
         return max(self.related_memories, scaled)
+
     prompt: Literal["auto", "standard", "compact"] = "auto"
     """The additive prompt: ``standard`` (full rules, for hosted models),
     ``compact`` (short rules and a worked example as a chat turn: what small

@@ -10,6 +10,8 @@ choices and the benchmark behind the defaults.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -18,7 +20,14 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from engramdb.core.records import Candidate, Hit, MemoryRow
 from engramdb.nlp import (
@@ -59,20 +68,45 @@ __all__ = [
 ]
 
 
+DEFAULT_KNOTS: tuple[tuple[float, float], ...] = (
+    (0.0246, 0.0125),
+    (0.0773, 0.0127),
+    (0.3729, 0.0162),
+    (0.5738, 0.0189),
+    (0.6248, 0.0263),
+    (0.6747, 0.0385),
+    (0.7235, 0.0578),
+    (0.7722, 0.1515),
+    (0.8254, 0.3449),
+    (0.8701, 0.4435),
+    (0.9176, 0.607),
+    (0.9642, 0.7822),
+)
+"""The shipped calibration curve: ``(relative, probability of an answer)``, fitted by
+``scripts/fit_calibration.py`` (isotonic, 0.05 bins) on the development suite's dump
+(``engram bench retrieval --dump``, 2026-12-04: facts, LoCoMo turns, updates, extracted
+facts, each shape weighing the same; held-out ECE 0.007-0.023, docs/retrieval.md)."""
+
+
 class ScoreCalibration(BaseModel):
-    """The curve from a fused score to the ``score`` search returns: exact ~ 1, unrelated ~ 0.
+    """The curve from a fused score to the ``score`` search returns: the probability of an answer.
 
     First the fused score is divided by the fused score a *perfect* match of
     this query would get in this scope (``relative``: the memory's text is the
     query's — cosine ``exact_cosine``, BM25 of a memory holding exactly the
     query's words, the best entity link found; capped at 1), which takes out
     what depends on the query and the scope's size (BM25's idf). Then
-    ``score = 1 / (1 + exp(-(relative - center) / width))``. Both steps are
-    strictly increasing within a search, so results keep the fused order;
+    ``relative`` goes through ``knots``: a piecewise-linear, strictly
+    increasing curve of ``(relative, probability)`` points, flat beyond the
+    first and the last, fitted by isotonic regression on the retrieval
+    development suite (every shape weighing the same; ``scripts/fit_calibration.py``,
+    docs/retrieval.md), so that ``score`` is the probability that the memory
+    answers the query. With ``knots`` empty the curve is a logistic,
+    ``1 / (1 + exp(-(relative - center) / width))`` (giving ``center`` or
+    ``width`` without ``knots`` selects it). Both steps are strictly
+    increasing within a search, so results keep the fused order;
     ``threshold`` applies to the calibrated score, and ``score_details``
-    keeps ``fusion`` and ``relative``. The defaults are fitted on LoCoMo dev
-    for the default fusion by leave-one-conversation-out (``engram bench
-    calibration``, docs/retrieval.md).
+    keeps ``fusion`` and ``relative``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -81,13 +115,47 @@ class ScoreCalibration(BaseModel):
     """The cosine between a query and a memory of the same text (the local model
     embeds queries and passages with different prefixes, so it is not 1)."""
 
+    knots: tuple[tuple[float, float], ...] = DEFAULT_KNOTS
+    """``(relative, probability)`` points, both strictly increasing (empty: the logistic)."""
     center: float = Field(default=0.77, ge=0, le=1)
-    """The fused score that maps to 0.5."""
+    """The logistic's ``relative`` that maps to 0.5 (used when ``knots`` is empty)."""
     width: float = Field(default=0.06, gt=0, le=1)
-    """How fast the curve rises around ``center`` (fused units per e-fold)."""
+    """How fast the logistic rises around ``center`` (relative units per e-fold)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _logistic_when_asked(cls, data: Any) -> Any:
+        # A config that sets the logistic's centre or width means that curve.
+        if isinstance(data, dict) and "knots" not in data and ({"center", "width"} & set(data)):
+            return {**data, "knots": ()}
+        return data
+
+    @field_validator("knots")
+    @classmethod
+    def _increasing(cls, knots: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+        for (x0, y0), (x1, y1) in itertools.pairwise(knots):
+            if not (x1 > x0 and y1 > y0):
+                raise ValueError("calibration knots must be strictly increasing in both values")
+        if any(not 0.0 <= y <= 1.0 for _, y in knots):
+            raise ValueError("calibration knots' probabilities must lie in [0, 1]")
+        return knots
+
+    @field_serializer("knots")
+    def _knots_as_lists(self, knots: tuple[tuple[float, float], ...]) -> list[list[float]]:
+        # As JSON has them, so a dumped config equals itself read back from a file.
+        return [[x, y] for x, y in knots]
 
     def apply(self, relative: float) -> float:
         """The calibrated score of a relative fused score (see the class)."""
+        knots = self.knots
+        if knots:
+            if relative <= knots[0][0]:
+                return knots[0][1]
+            if relative >= knots[-1][0]:
+                return knots[-1][1]
+            i = bisect.bisect_right(knots, (relative, math.inf))
+            (x0, y0), (x1, y1) = knots[i - 1], knots[i]
+            return y0 + (y1 - y0) * (relative - x0) / (x1 - x0)
         z = (relative - self.center) / self.width
         if z < -700:
             return 0.0
@@ -213,6 +281,12 @@ class FusionConfig(BaseModel):
     memory is never dropped by it, and its stored data never changes."""
     recency_half_life_days: float = Field(default=180.0, gt=0)
     """The age at which the decay takes half of ``recency_weight`` off."""
+    present_recency_weight: float = Field(default=0.0, ge=0, le=1)
+    """The decay's weight for a question about the present only
+    (:func:`engramdb.nlp.querytime.asks_present`: "Where does Dana live?", "which
+    sport is Sofia into now?"), when higher than ``recency_weight``: of two
+    statements that match alike, the newer holds (with ``as_of``, ages run to that
+    date: what holds then). Not for questions with a date, "when" or "before"."""
     neighbour_hits: int = Field(default=2, ge=0, le=50)
     """Session-neighbour expansion (0: off; default 2): each of this many best fused
     hits lends a share of its score to the memories stored next to it in its own
@@ -735,14 +809,17 @@ def rank_superseded(
     return order
 
 
-def recency_factor(row: MemoryRow, config: FusionConfig, now: str) -> float:
+def recency_factor(
+    row: MemoryRow, config: FusionConfig, now: str, weight: float | None = None
+) -> float:
     """The decay multiplier of one memory: ``1 - w * (1 - 2 ** (-age / half_life))``.
 
     ``w`` is ``recency_weight`` and ``half_life`` is ``recency_half_life_days``;
     the age, in days, is from :func:`when` to ``now`` (the search's ``as_of``, or
     the present), never negative. 1 when the weight is 0 (the default).
+    ``weight`` overrides ``recency_weight``.
     """
-    weight = config.recency_weight
+    weight = config.recency_weight if weight is None else weight
     if weight <= 0:
         return 1.0
     age = _days_between(when(row), now)
@@ -757,13 +834,22 @@ def _days_between(start: str, end: str) -> float:
     return max(0.0, delta.total_seconds() / 86400.0)
 
 
-def apply_recency(hits: list[Hit], config: FusionConfig, now: str) -> list[Hit]:
-    """``hits`` with scores multiplied by :func:`recency_factor`, re-sorted; as is when off."""
-    if config.recency_weight <= 0:
+def apply_recency(
+    hits: list[Hit], config: FusionConfig, now: str, *, present: bool = False
+) -> list[Hit]:
+    """``hits`` with scores multiplied by :func:`recency_factor`, re-sorted; as is when off.
+
+    ``present``: the question asks what holds now, so the weight is the larger of
+    ``recency_weight`` and ``present_recency_weight``.
+    """
+    weight = config.recency_weight
+    if present:
+        weight = max(weight, config.present_recency_weight)
+    if weight <= 0:
         return hits
     out = []
     for hit in hits:
-        factor = recency_factor(hit.row, config, now)
+        factor = recency_factor(hit.row, config, now, weight)
         out.append(Hit(hit.row, hit.score * factor, {**hit.explain, "recency": factor}))
     out.sort(key=lambda h: (-h.score, -h.explain["semantic"], h.row.id))
     return out

@@ -172,7 +172,9 @@ def run(
     for held in raw:
         rest = [raw[c] for c in raw if c != held]
         cal = fit([s for p in rest for s in p["exact"]], [s for p in rest for s in p["unrelated"]])
-        folds.append({"held_out": held, "fit": cal.model_dump(), **_judge(cal, raw[held])})
+        folds.append(
+            {"held_out": held, "fit": cal.model_dump(mode="json"), **_judge(cal, raw[held])}
+        )
     whole = fit(
         [s for p in raw.values() for s in p["exact"]],
         [s for p in raw.values() for s in p["unrelated"]],
@@ -186,8 +188,8 @@ def run(
     report: dict[str, Any] = {
         "conversations": len(raw),
         "folds": folds,
-        "fit_on_all": whole.model_dump(),
-        "default": default.model_dump() if default else None,
+        "fit_on_all": whole.model_dump(mode="json"),
+        "default": default.model_dump(mode="json") if default else None,
         "default_on_all": _judge(default, pooled) if default else None,
         "raw_medians": {
             "exact": round(statistics.median(pooled["exact"]), 3),

@@ -425,7 +425,7 @@ def bench_calibration(
     ] = None,
     json_out: JsonOut = False,
 ) -> None:
-    """What a search score means: exact repeats ~ 1, unrelated hits ~ 0, per held-out fold."""
+    """The logistic score curve (exact repeats ~ 1, unrelated ~ 0) per held-out fold."""
     with _benchmarks():
         from engramdb_bench import calibration as bench
 

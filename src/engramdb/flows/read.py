@@ -59,7 +59,7 @@ from engramdb.flows.shared import (
     message_item,
     record_of,
 )
-from engramdb.nlp.querytime import Period, asks_previous
+from engramdb.nlp.querytime import Period, asks_present, asks_previous
 from engramdb.rewrite import looks_multipart, merge_hits, rewrite_query
 from engramdb.search import (
     FusionConfig,
@@ -198,7 +198,7 @@ class ReadFlows(FlowState):
             include_expired=bool(show_expired) or at is not None,
             now=at,
         )
-        hits = apply_recency(hits, self.fusion, at or utc_now())
+        hits = apply_recency(hits, self.fusion, at or utc_now(), present=asks_present(text))
         hits, supers = yield from self._chains(
             hits,
             scope,

@@ -17,7 +17,14 @@ import re
 
 from engramdb.nlp.reltime import find_relative_times
 
-__all__ = ["Period", "asks_previous", "asks_when", "mentions_time", "query_periods"]
+__all__ = [
+    "Period",
+    "asks_present",
+    "asks_previous",
+    "asks_when",
+    "mentions_time",
+    "query_periods",
+]
 
 Period = tuple[dt.date, dt.date]
 """A day range, ``(first day, day after the last)``."""
@@ -193,3 +200,36 @@ def asks_previous(query: str) -> bool:
     is not a question about a replaced value and is not matched.
     """
     return _ASKS_PREVIOUS.search(query) is not None
+
+
+_PRESENT_MARK = re.compile(
+    r"\b(?:now|these days|nowadays|currently|current|at the moment|at present|presently|"
+    r"still|anymore|any more|today)\b",
+    re.IGNORECASE,
+)
+_PRESENT_FORM = re.compile(
+    r"^\W*(?:(?:what|which|where|who|whom|whose|how)\b[^?.!]{0,40}?\b"
+    r"(?:is|are|does|do|has|have)\b|(?:is|are|does|do|has|have)\b)",
+    re.IGNORECASE,
+)
+_PAST_MARK = re.compile(
+    r"\b(?:did|was|were|had|been|ago|last|once|ever|went|used|earlier|first|originally)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_present(query: str) -> bool:
+    """Whether ``query`` asks what holds *now* ("Where does Dana live?").
+
+    "Which sport is Sofia into these days?" too. A present marker ("now",
+    "these days", "currently", ...) or a present-tense question form ("what
+    is", "where does", "does she ..."), with no past tense ("did", "was",
+    "ago", ...), no time named ("in June 2026", "last spring":
+    :func:`mentions_time`) and neither a "when" (:func:`asks_when`) nor a
+    "before" (:func:`asks_previous`) question. English only.
+    """
+    if asks_previous(query) or asks_when(query) or _PAST_MARK.search(query):
+        return False
+    if _PRESENT_MARK.search(query):
+        return _TIME_WORDS.search(_PRESENT_MARK.sub(" ", query)) is None
+    return _PRESENT_FORM.search(query) is not None and not mentions_time(query)
