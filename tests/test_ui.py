@@ -2,10 +2,10 @@
 
 The first part drives the app in process (Starlette's TestClient, cookies and
 all). The second starts a real ``engram serve`` on loopback and drives Debian's
-Chromium through Playwright; it takes the screenshots of docs/img/ (written
-there only with ``ENGRAM_UPDATE_SCREENSHOTS=1``, else to a temporary folder, so
-a test run leaves the tree clean). It skips only when no Chromium is installed
-here, and fails instead when ``CI`` is set.
+Chromium through Playwright, taking screenshots into a temporary folder (those
+of docs/img/, every page light and dark, are taken by
+``tests/test_ui_activity_entities.py``). It skips only when no Chromium is
+installed here, and fails instead when ``CI`` is set.
 """
 
 from __future__ import annotations
@@ -30,9 +30,6 @@ from engramdb.llms import ScriptedLLM
 from engramdb.server import KeyStore, create_app
 from engramdb.server.ui import build_filter, metadata_diff, word_diff
 from engramdb_bench._serving import free_port
-
-ROOT = Path(__file__).resolve().parents[1]
-DOCS_IMG = ROOT / "docs" / "img"
 
 _GARBAGE = "this is not JSON at all"
 _EXTRACTED = {
@@ -511,8 +508,7 @@ def test_browser_end_to_end(tmp_path: Path, chromium: str) -> None:
     alice = keys.create(user_id="alice", name="alice").key
     keys.close()
     process, url = _start_serve(tmp_path)
-    refresh = os.environ.get("ENGRAM_UPDATE_SCREENSHOTS") == "1"
-    img = DOCS_IMG if refresh else tmp_path / "img"
+    img = tmp_path / "img"
     img.mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
     seen_text: list[str] = []

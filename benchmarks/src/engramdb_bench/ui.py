@@ -14,8 +14,11 @@ reported as met or missed.
 The pages: the scope list (its counts are one aggregate query of the store,
 ``Store.scope_counts``, cached for a few seconds: the cold figure clears the
 cache before every sample, the warm one does not), the first and a deep page of the scope's
-memories, one memory (text, history, timeline), and a search with
-``explain``.
+memories, one memory (text, history, timeline), a search with
+``explain``, the scope's entities (cached, and rebuilt from the newest 2,000
+memories before every sample: the texts' entities stay remembered) and one
+entity's memories, and the activity log filled to its bound (100,000 rows,
+a quarter of them the bound key's) as the bound key and as an admin.
 
 The embedder is a **benchmark-only** stand-in (:class:`HashEmbedder`: a
 vector from a hash of the text), so that filling 10,000 memories does not
@@ -44,6 +47,7 @@ import numpy.typing as npt
 
 from engramdb.memory import AsyncMemory
 from engramdb.server import KeyStore, create_app
+from engramdb.server.activity import ActivityLog, Entry
 from engramdb_bench._machine import machine, machine_line
 
 __all__ = ["TARGET_MS", "HashEmbedder", "format_report", "run"]
@@ -133,47 +137,90 @@ async def _measure(
     key = keys.create(user_id="alice", name="bench").key
     echo(f"filling {count} memories (infer=False) ...")
     fill_s = await _fill(memory, count, "alice")
-    app = create_app(memory, keys=keys)
+    admin_key = keys.create(admin=True, name="bench admin").key
+    activity = ActivityLog.beside(keys.path)
+    log_rows = _fill_activity(activity, keys.verify(key).id)  # type: ignore[union-attr]
+    echo(f"activity log filled to {log_rows} rows")
+    app = create_app(memory, keys=keys, activity=activity)
     ui = app.state.ui
     transport = httpx.ASGITransport(app=app)
     pages: dict[str, Any] = {}
-    async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
-        form = (await client.get("/ui/signin")).text
-        csrf = re.search(r'name="csrf" value="([^"]+)"', form)
-        assert csrf is not None
-        await client.post("/ui/signin", data={"csrf": csrf.group(1), "key": key})
+    async with (
+        httpx.AsyncClient(transport=transport, base_url="http://bench") as client,
+        httpx.AsyncClient(transport=transport, base_url="http://bench") as admin,
+    ):
+        for who, secret in ((client, key), (admin, admin_key)):
+            form = (await who.get("/ui/signin")).text
+            csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+            assert csrf is not None
+            await who.post("/ui/signin", data={"csrf": csrf.group(1), "key": secret})
         listing = (await client.get("/ui/memories")).text
         found = re.search(r"/ui/memory/([0-9a-f-]{36})", listing)
         assert found is not None, "the memories page shows no memory"
         memory_id = found.group(1)
+        entities = (await client.get("/ui/entities")).text
+        named = re.search(r'/ui/entity\?[^"]*name=([^"&]+)', entities)
+        assert named is not None, "the entities page shows no entity"
         deep = max(1, count // 50 - 1)
-        plan: list[tuple[str, str, bool]] = [
-            ("scopes (counts, cold)", "/ui/scopes", True),
-            ("scopes (counts, cached)", "/ui/scopes", False),
-            ("overview (cached)", "/ui/overview", False),
-            ("memories, page 1", "/ui/memories", False),
-            (f"memories, page {deep}", f"/ui/memories?page={deep}", False),
-            ("memories, filtered", "/ui/memories?fk=category&fv=jazz", False),
-            ("memory (history, timeline)", f"/ui/memory/{memory_id}", False),
-            ("search (explain)", "/ui/search?q=weekend+jazz+with+friends", False),
-            ("fragment: search", "/ui/fragments/search?q=coffee+in+Lisbon", False),
+        plan: list[tuple[str, str, str]] = [
+            ("scopes (counts, cold)", "/ui/scopes", "catalog"),
+            ("scopes (counts, cached)", "/ui/scopes", ""),
+            ("overview (cached)", "/ui/overview", ""),
+            ("memories, page 1", "/ui/memories", ""),
+            (f"memories, page {deep}", f"/ui/memories?page={deep}", ""),
+            ("memories, filtered", "/ui/memories?fk=category&fv=jazz", ""),
+            ("memory (history, timeline)", f"/ui/memory/{memory_id}", ""),
+            ("search (explain)", "/ui/search?q=weekend+jazz+with+friends", ""),
+            ("fragment: search", "/ui/fragments/search?q=coffee+in+Lisbon", ""),
+            ("entities (rebuilt)", "/ui/entities", "entities"),
+            ("entities (cached)", "/ui/entities", ""),
+            ("entities, name search", "/ui/entities?q=o&type=PLACE", ""),
+            ("entity (its memories)", f"/ui/entity?name={named.group(1)}", ""),
+            ("activity (bound key)", "/ui/activity", ""),
+            ("activity, 4xx (bound key)", "/ui/activity?status=4xx", ""),
+            ("activity (admin, all rows)", "/ui/activity", "admin"),
+            ("activity, no match (admin)", "/ui/activity?op=search&user_id=nobody", "admin"),
         ]
-        for name, path, cold in plan:
+        for name, path, how in plan:
+            who = admin if how == "admin" else client
             times = []
-            await client.get(path)  # warm-up (vector index loaded, templates compiled)
+            await who.get(path)  # warm-up (vector index loaded, templates compiled)
             for _ in range(samples):
-                if cold:
+                if how == "catalog":
                     ui._forget_catalog()
+                if how == "entities":
+                    ui.entity_index.forget()
                 started = time.perf_counter()
-                response = await client.get(path)
+                response = await who.get(path)
                 times.append(time.perf_counter() - started)
                 if response.status_code != 200:
                     raise RuntimeError(f"{path} answered {response.status_code}")
             pages[name] = {"path": path, **_figures(times)}
             echo(f"  {name}: p50 {pages[name]['p50_ms']} ms, p95 {pages[name]['p95_ms']} ms")
     await memory.close()
+    activity.close()
     keys.close()
-    return {"fill_s": round(fill_s, 2), "pages": pages}
+    return {"fill_s": round(fill_s, 2), "activity_rows": log_rows, "pages": pages}
+
+
+def _fill_activity(log: ActivityLog, key_id: str) -> int:
+    """Fill the log to its bound: a quarter the bench key's rows, the rest other keys'."""
+    faces = ("rest", "mem0", "mcp", "ui")
+    ops = ("add", "search", "get", "list", "update", "delete")
+    for i in range(log.max_rows):
+        mine = i % 4 == 0
+        entry = Entry(
+            face=faces[i % 4],
+            key_id=key_id if mine else f"{i % 97:08x}",
+            operation=ops[i % len(ops)],
+            scope={"user_id": "alice" if mine else f"user{i % 500}"},
+            target=f"m{i}",
+        )
+        log.record(entry, 404 if i % 50 == 0 else 200)
+        if i % 5000 == 4999:
+            log.flush()
+    log.flush()
+    return log.size()
 
 
 def run(

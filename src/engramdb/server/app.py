@@ -48,6 +48,7 @@ from engramdb import __version__
 from engramdb.errors import EngramError
 from engramdb.memory import AsyncMemory, Memory
 from engramdb.server import mem0_compat
+from engramdb.server.activity import ActivityLog, ActivityMiddleware
 from engramdb.server.auth import CallerDep
 from engramdb.server.errors import describe_error, error_headers, openapi_errors, retry_after
 from engramdb.server.keys import KeyStore
@@ -568,6 +569,7 @@ def create_app(
     limits: ServerLimits | None = None,
     close_memory: bool = False,
     compat: Literal["mem0"] | None = None,
+    activity: ActivityLog | None = None,
 ) -> FastAPI:
     """Build the REST app serving ``memory``.
 
@@ -583,6 +585,10 @@ def create_app(
     errors instead of engramdb's own (:mod:`engramdb.server.mem0_compat`),
     over the same service, keys and scoping rules.
 
+    ``activity`` keeps who did what (:mod:`engramdb.server.activity`); left
+    out, ``activity.db`` beside the key file (in memory without ``keys``),
+    closed when the app shuts down; a log given here is the caller's to close.
+
     Raises:
         ValueError: ``compat`` is not ``None`` or one of :data:`COMPAT_MODES`.
     """
@@ -592,6 +598,10 @@ def create_app(
         )
     service = MemoryService(memory, limits)
     lim = service.limits
+    log_of_activity = activity
+    own_log = activity is None
+    if log_of_activity is None:
+        log_of_activity = ActivityLog.beside(keys.path) if keys is not None else ActivityLog()
     registry = CollectorRegistry()
     registry.register(_LLMCollector(memory))
 
@@ -600,6 +610,8 @@ def create_app(
         try:
             yield
         finally:
+            if own_log:
+                log_of_activity.close()
             if close_memory:
                 if isinstance(memory, AsyncMemory):
                     await memory.close()
@@ -618,12 +630,14 @@ def create_app(
     app.state.keys = keys
     app.state.registry = registry
     app.state.compat = compat
+    app.state.activity = log_of_activity
     if compat == "mem0":
         mem0_compat.install_error_handlers(app)
     else:
         _install_error_handlers(app)
     app.add_middleware(_BodyLimit, max_bytes=lim.max_body_bytes, mem0_errors=compat == "mem0")
     app.add_middleware(_Metrics, registry=registry)
+    app.add_middleware(ActivityMiddleware, log=log_of_activity, face=compat or "rest")
 
     # -- open routes --
 
@@ -666,7 +680,7 @@ def create_app(
         return RedirectResponse("/docs")
 
     # The web UI (its own session cookie and forms; the same tenancy rules).
-    install_ui(app, memory, keys=keys, limits=lim)
+    install_ui(app, memory, keys=keys, limits=lim, activity=log_of_activity)
 
     if compat == "mem0":
         mem0_compat.install_routes(app, service)

@@ -16,6 +16,7 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from engramdb.server import activity
 from engramdb.server.keys import KeyStore
 from engramdb.server.tenancy import Caller
 
@@ -40,6 +41,7 @@ async def caller_of(
 ) -> Caller:
     """The caller of a request, from its API key (see :func:`create_app` for the rules)."""
     keys: KeyStore | None = request.app.state.keys
+    activity.want()
     given = bearer.credentials if bearer is not None else api_key
     if given is None:
         if keys is not None and keys.any_keys():
@@ -53,6 +55,7 @@ async def caller_of(
     found = keys.verify(given.strip())
     if found is None:
         raise Unauthorized("the API key is unknown or revoked")
+    activity.note_caller(found.id)
     return Caller.of_key(found)
 
 

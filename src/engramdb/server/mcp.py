@@ -24,6 +24,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engramdb import __version__
 from engramdb.errors import EngramError, ValidationError
+from engramdb.server import activity as activity_log
+from engramdb.server.activity import ActivityLog
 from engramdb.server.errors import describe_error, retry_after
 from engramdb.server.keys import KeyStore
 from engramdb.server.service import MemoryService
@@ -91,13 +93,15 @@ def build_mcp(
     caller: Caller | None = None,
     keys: KeyStore | None = None,
     api_key: str | None = None,
+    activity: ActivityLog | None = None,
 ) -> MCPServer:
     """Build the MCP server over ``service``.
 
     The caller of a tool call is, in order: the key of the HTTP request
     (when the transport has headers), the ``api_key`` given at launch, else
     ``caller`` (the launch scope). Keys are checked against ``keys`` on every
-    call, so a revoked key stops working at once.
+    call, so a revoked key stops working at once. Each tool call leaves a row
+    in ``activity`` (face ``mcp``), when given.
     """
     server: MCPServer = MCPServer(
         "engramdb", version=__version__, instructions=_INSTRUCTIONS, log_level="WARNING"
@@ -109,6 +113,7 @@ def build_mcp(
             found = keys.verify(key) if keys is not None else None
             if found is None:
                 raise ToolError("unauthorized: the API key is unknown or revoked")
+            activity_log.note_caller(found.id)
             return Caller.of_key(found)
         if keys is not None and keys.any_keys() and ctx.headers is not None:
             raise ToolError("unauthorized: send an API key (Authorization: Bearer <key>)")
@@ -117,10 +122,24 @@ def build_mcp(
         return caller
 
     async def run(ctx: Context, call: Callable[[Caller], Awaitable[Any]]) -> Any:
+        logged = activity is not None and activity.enabled
+        entry, token = activity_log.begin("mcp") if logged else (None, None)
+        status = 500
         try:
-            return await call(who(ctx))
+            found = await call(who(ctx))
+            status = 200
+            return found
+        except ToolError:
+            status = 401  # who() refused the caller
+            raise
         except EngramError as exc:
+            status = describe_error(exc)[0]
             raise _tool_error(exc) from None
+        finally:
+            if entry is not None and activity is not None:
+                activity_log.end(token)
+                entry.wanted = True
+                activity.record(entry, status)
 
     @server.tool(description="Remember a text or conversation messages (Memory.add).")
     async def add_memory(

@@ -19,6 +19,7 @@ import uvicorn
 
 from engramdb.errors import ConfigError
 from engramdb.memory import AsyncMemory, Memory
+from engramdb.server.activity import ActivityLog
 from engramdb.server.app import create_app
 from engramdb.server.keys import KeyStore
 from engramdb.server.mcp import KeyGuard, build_mcp
@@ -137,12 +138,14 @@ def serve_mcp_stdio(
 ) -> None:
     """Run the MCP server on stdin/stdout until the client closes it."""
     service = MemoryService(memory, limits)
-    server = build_mcp(service, caller=caller, keys=keys, api_key=api_key)
+    log = ActivityLog.beside(keys.path)
+    server = build_mcp(service, caller=caller, keys=keys, api_key=api_key, activity=log)
 
     async def main() -> None:
         try:
             await server.run_stdio_async()
         finally:
+            log.close()
             await memory.close()
 
     anyio.run(main)
@@ -162,9 +165,11 @@ def serve_mcp_http(
     """Serve MCP over streamable HTTP at ``/mcp`` until interrupted."""
     check_exposure(host, keys, insecure=insecure, fixed_scope=caller is not None)
     service = MemoryService(memory, limits)
-    server = build_mcp(service, caller=caller, keys=keys)
+    log = ActivityLog.beside(keys.path)
+    server = build_mcp(service, caller=caller, keys=keys, activity=log)
     app = KeyGuard(server.streamable_http_app(host=host), keys)
     try:
         uvicorn.Server(_uvicorn_config(app, host, port, log_level)).run()
     finally:
+        log.close()
         anyio.run(memory.close)

@@ -19,6 +19,7 @@ import anyio.to_thread
 
 from engramdb.errors import EngramError, MemoryNotFoundError, ValidationError
 from engramdb.memory import AsyncMemory, Memory
+from engramdb.server import activity
 from engramdb.server.tenancy import AdminRequiredError, Caller, record_in_scope, resolve_scope
 from engramdb.stores.base import KEEP
 
@@ -41,6 +42,15 @@ class ServerLimits:
 
 class LimitExceededError(EngramError):
     """A request asks for more than the server's limits allow (HTTP 422)."""
+
+
+_OPERATION = {"get_all": "list", "scope_counts": "counts"}
+"""The activity log's name of a library call, where it differs."""
+_BY_ID = frozenset(
+    {"get", "update", "delete", "restore", "history", "timeline", "source_messages"}
+    | {"retry_extraction"}
+)
+"""Library calls whose first argument is a memory (or failure) id."""
 
 
 def _ids(user_id: str | None, agent_id: str | None, run_id: str | None) -> dict[str, str | None]:
@@ -81,10 +91,20 @@ class MemoryService:
             await anyio.to_thread.run_sync(self.memory.ping, timeout)
 
     async def _call(self, caller: Caller, name: str, *args: Any, **kwargs: Any) -> Any:
+        by_id = name in _BY_ID or (name == "purge" and bool(args))
+        activity.note(
+            _OPERATION.get(name, name),
+            scope=kwargs if not by_id else caller.bound,
+            target=args[0] if by_id else None,
+        )
         method = getattr(self._for(caller), name)
         if isinstance(self.memory, AsyncMemory):
-            return await method(*args, **kwargs)
-        return await anyio.to_thread.run_sync(functools.partial(method, *args, **kwargs))
+            result = await method(*args, **kwargs)
+        else:
+            result = await anyio.to_thread.run_sync(functools.partial(method, *args, **kwargs))
+        if by_id and isinstance(result, dict) and any(result.get(k) for k in activity.SCOPE_KINDS):
+            activity.note(_OPERATION.get(name, name), scope=result)
+        return result
 
     def _top_k(self, top_k: int | None, default: int) -> int:
         """The caller's top_k within the limit; left out, the library's default (capped)."""
@@ -121,6 +141,7 @@ class MemoryService:
                 f"{len(messages)} messages in one add; this server takes at most "
                 f"{self.limits.max_messages}: split the conversation into several adds"
             )
+        activity.note("add")  # named even when the scope is refused
         scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id))
         result: dict[str, Any] = await self._call(
             caller,
@@ -157,6 +178,7 @@ class MemoryService:
     ) -> dict[str, Any]:
         """``Memory.search`` within the caller's scope."""
         k = self._top_k(top_k, 20)
+        activity.note("search")  # named even when the scope is refused
         scope, rest = resolve_scope(caller, _ids(user_id, agent_id, run_id), filters)
         result: dict[str, Any] = await self._call(
             caller,
@@ -194,6 +216,7 @@ class MemoryService:
                 f"offset is {offset}; this server pages at most {self.limits.max_offset} deep "
                 "(narrow the list with filters instead)"
             )
+        activity.note("list")  # named even when the scope is refused
         scope, rest = resolve_scope(caller, _ids(user_id, agent_id, run_id), filters)
         result: dict[str, Any] = await self._call(
             caller,
@@ -215,6 +238,7 @@ class MemoryService:
         run_id: str | None = None,
     ) -> dict[str, Any]:
         """``Memory.delete_all``: the request must name the scope, which must be the caller's."""
+        activity.note("delete_all")  # named even when the scope is refused
         scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id), require_named=True)
         result: dict[str, Any] = await self._call(caller, "delete_all", **scope)
         return result
@@ -235,6 +259,7 @@ class MemoryService:
                 raise ValidationError("purge takes a memory_id or scope ids, not both")
             result: dict[str, Any] = await self._call(caller, "purge", memory_id, dry_run=dry_run)
             return result
+        activity.note("purge")  # named even when the scope is refused
         scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id), require_named=True)
         result = await self._call(caller, "purge", **scope, dry_run=dry_run)
         return result
@@ -253,10 +278,12 @@ class MemoryService:
         in a worker thread.
         """
         ids = _ids(user_id, agent_id, run_id)
+        activity.note("export")
         if caller.admin and not any(ids.values()):
             scope: Mapping[str, str | None] = {}
         else:
             scope, _ = resolve_scope(caller, ids)
+        activity.note("export", scope=scope)
         records = self._for(caller).export_records()
         header = next(records)
         yield json.dumps(header, ensure_ascii=False) + "\n"
@@ -345,6 +372,7 @@ class MemoryService:
         include_resolved: bool = False,
     ) -> list[dict[str, Any]]:
         """``Memory.failures`` of a scope within the caller's (a bound key's by default)."""
+        activity.note("failures")  # named even when the scope is refused
         scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id))
         result: list[dict[str, Any]] = await self._call(
             caller, "failures", **scope, include_resolved=include_resolved
@@ -385,6 +413,7 @@ class MemoryService:
         Raises:
             AdminRequiredError: the caller is bound to a scope, or came without a key.
         """
+        activity.note("reset")
         if not caller.admin or "purge" not in caller.access.can:
             raise AdminRequiredError(
                 "a reset erases every scope of the store: it needs an admin API key with the "

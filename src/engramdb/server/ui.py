@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import difflib
+import functools
 import hmac
 import json
 import re
@@ -57,10 +58,13 @@ from engramdb.errors import (
 )
 from engramdb.memory import AsyncMemory, Memory
 from engramdb.nlp.terms import index_terms, query_terms
+from engramdb.server import activity as activity_log
+from engramdb.server.activity import FACES, OPERATIONS, ActivityLog, status_range
 from engramdb.server.errors import describe_error, error_headers
 from engramdb.server.keys import KeyStore, NewKey
 from engramdb.server.service import MemoryService, ServerLimits
 from engramdb.server.tenancy import SCOPE_KINDS, Caller, ScopeForbiddenError
+from engramdb.server.ui_entities import ENTITY_TYPES, EntityIndex
 
 __all__ = ["UI_ACTOR", "UiSessions", "install_ui"]
 
@@ -93,6 +97,22 @@ COUNT_LIMIT = 2000
 CROSS_LIMIT = 1000
 """An admin's list of every scope pages through at most this many per scope."""
 _CHUNK = 200
+ACTIVITY_PAGE = 50
+"""Rows of the activity log a page shows."""
+ENTITY_PAGE = 50
+"""Entities (or an entity's memories) a page shows."""
+_ACTIONS = {
+    "signin": "sign_in",
+    "signout": "sign_out",
+    "edit": "update",
+    "delete": "delete",
+    "restore": "restore",
+    "purge": "purge",
+    "retry": "retry_extraction",
+    "key_create": "create_key",
+    "key_revoke": "revoke_key",
+}
+"""The UI's actions (forms posted) and the operation the activity log names for each."""
 _OPS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "icontains")
 
 
@@ -310,6 +330,13 @@ def _when(value: str | None) -> str:
     return value.replace("T", " ")[:16]
 
 
+def _when_s(value: str | None) -> str:
+    """An ISO time as ``YYYY-MM-DD HH:MM:SS`` UTC."""
+    if not value:
+        return ""
+    return value.replace("T", " ")[:19]
+
+
 def _parse_value(raw: str) -> Any:
     """A value typed into the simple filter form: JSON when it reads as JSON, else text."""
     try:
@@ -392,10 +419,16 @@ class _UI:
         memory: AsyncMemory | Memory,
         keys: KeyStore | None,
         limits: ServerLimits | None,
+        activity: ActivityLog | None = None,
     ) -> None:
         self.memory = memory
         self.service = MemoryService(memory.acting_as(UI_ACTOR), limits)
         self.keys = keys
+        self.activity = activity if activity is not None else ActivityLog()
+        self.entity_index = EntityIndex()
+        self.entity_service = MemoryService(
+            memory.acting_as(UI_ACTOR), self.entity_index.limits(self.service.limits)
+        )
         self.sessions = UiSessions()
         self._catalogs: dict[tuple[tuple[str, str], ...], tuple[float, dict[str, Any]]] = {}
         self._refreshing: set[tuple[tuple[str, str], ...]] = set()
@@ -407,6 +440,7 @@ class _UI:
             lstrip_blocks=True,
         )
         self.env.filters["when"] = _when
+        self.env.filters["when_s"] = _when_s
         self.env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, indent=1)
         self.env.globals["version"] = __version__
 
@@ -573,6 +607,7 @@ class _UI:
 
     def _forget_catalog(self) -> None:
         self._catalogs.clear()
+        self.entity_index.forget()
 
     # -- pages --
 
@@ -744,7 +779,7 @@ class _UI:
                 if len(results) <= PAGE_SIZE:
                     data["total"] = offset + len(results) if results or page == 1 else None
                 else:
-                    data["total"] = _catalog_total(cat, scope) if not filters else None
+                    data["total"] = _catalog_total(cat, shown) if not filters else None
                     if data["total"] is None:
                         rows, capped = await self._rows(
                             ctx, scopes, filters, show_expired, COUNT_LIMIT
@@ -765,7 +800,7 @@ class _UI:
             data["last_page"] = last
             data["pages"] = page_numbers(min(page, last), last)
         if not results and page == 1 and not filters and not text:
-            data["unknown_scope"] = not cross and not _catalog_total(cat, scope)
+            data["unknown_scope"] = not cross and not _catalog_total(cat, shown)
         return data
 
     async def memories(self, ctx: _Ctx) -> Response:
@@ -1099,6 +1134,7 @@ class _UI:
         """
         form = await self._form(ctx)
         if form.get("confirm", "").strip().lower() != "purge":
+            activity_log.note_status(400)
             return self._redirect(
                 ctx,
                 _memory_url(memory_id),
@@ -1125,6 +1161,7 @@ class _UI:
             status, body = describe_error(exc)
             if status in (403, 503):
                 raise
+            activity_log.note_status(status)
             ctx.session.flash_error = True
             return self._redirect(
                 ctx, target, "Retry failed: " + plain_message(exc, body["message"])
@@ -1138,6 +1175,186 @@ class _UI:
         ][:50]
         noun = "memory" if added == 1 else "memories"
         return self._redirect(ctx, target, f"Retried: extraction worked, {added} new {noun}.")
+
+    # -- who did what (the activity log) --
+
+    async def activity_page(self, ctx: _Ctx) -> Response:
+        """The activity log: an admin sees every row, any other key only its own.
+
+        Filters: key (an admin's choice), face, operation, status (a code, a
+        class such as ``4xx``, or ``errors``) and scope ids; newest first,
+        paged by row id.
+        """
+        params = ctx.request.query_params
+        admin = ctx.caller.admin
+        shown_key = (params.get("key") or "").strip()
+        if not admin:
+            shown_key = ctx.caller.key_id or "none"
+        face = params.get("face") if params.get("face") in FACES else ""
+        operation = (params.get("op") or "").strip()
+        status = (params.get("status") or "").strip()
+        scope = {k: (params.get(k) or "").strip() for k in SCOPE_KINDS}
+        try:
+            before = int(params["before"]) if params.get("before") else None
+        except ValueError:
+            before = None
+        error = None
+        rows: list[dict[str, Any]] = []
+        if status:
+            try:
+                status_range(status)
+            except ValueError:
+                error = "Status is a code (404), a class (4xx) or the word errors."
+        if error is None:
+            query = functools.partial(
+                self.activity.query,
+                key_id=shown_key if shown_key and shown_key != "none" else None,
+                no_key=shown_key == "none",
+                face=face or None,
+                operation=operation or None,
+                status=status or None,
+                scope=scope,
+                before=before,
+                limit=ACTIVITY_PAGE + 1,
+            )
+            rows = await anyio.to_thread.run_sync(query)
+        more = len(rows) > ACTIVITY_PAGE
+        rows = rows[:ACTIVITY_PAGE]
+        names: dict[str, str | None] = {}
+        key_choices: list[tuple[str, str]] = []
+        if self.keys is not None and ctx.auth:
+            listed = await anyio.to_thread.run_sync(self.keys.list_keys)
+            if admin:
+                names = {k.id: k.name for k in listed}
+                key_choices = [(k.id, f"{k.id} {k.name or ''}".strip()) for k in listed]
+            else:
+                names = {k.id: k.name for k in listed if k.id == ctx.caller.key_id}
+        kept = await anyio.to_thread.run_sync(self.activity.size) if admin else None
+        base = _query(
+            {
+                "key": shown_key if admin else "",
+                "face": face,
+                "op": operation,
+                "status": status,
+                **scope,
+            }
+        )
+        return self._render(
+            ctx,
+            "activity.html",
+            nav="activity",
+            rows=rows,
+            more=more,
+            older=rows[-1]["id"] if more and rows else None,
+            before=before,
+            names=names,
+            admin=admin,
+            key=shown_key,
+            key_choices=key_choices,
+            face=face,
+            faces=FACES,
+            op=operation,
+            operations=OPERATIONS,
+            status_filter=status,
+            scope=scope,
+            error=error,
+            kept=kept,
+            bound=self.activity.max_rows,
+            enabled=self.activity.enabled,
+            base=base,
+        )
+
+    # -- entities --
+
+    async def _entities_of(self, ctx: _Ctx) -> tuple[dict[str, str | None], Any]:
+        """The scope shown and its entities (``None`` before a scope is picked)."""
+        shown = self._effective(ctx, self._scope(ctx.request))
+        if not any(shown.values()):
+            return shown, None
+        return shown, await self.entity_index.of(self.entity_service, ctx.caller, shown)
+
+    async def entities_page(self, ctx: _Ctx) -> Response:
+        """A scope's entities, most mentioned first, each with its newest memories."""
+        params = ctx.request.query_params
+        text = (params.get("q") or "").strip()
+        kind = params.get("type") if params.get("type") in ENTITY_TYPES else ""
+        try:
+            page = max(1, int(params.get("page", "1")))
+        except ValueError:
+            page = 1
+        shown, found = await self._entities_of(ctx)
+        values: dict[str, Any] = {
+            "scope": shown,
+            "q": text,
+            "type": kind,
+            "types": ENTITY_TYPES,
+            "found": found,
+            "scan": self.entity_index.scan,
+            "page": page,
+            "scope_query": _query(shown),
+        }
+        if found is None:
+            values["cat"] = await self.catalog(ctx.caller)
+            return self._render(ctx, "entities.html", nav="entities", **values)
+        wanted = found.entities
+        if text:
+            folded = text.casefold()
+            wanted = [e for e in wanted if folded in e["name"].casefold() or folded in e["key"]]
+        if kind:
+            wanted = [e for e in wanted if e["type"] == kind]
+        last = max(1, -(-len(wanted) // ENTITY_PAGE))
+        page = min(page, last)
+        values.update(
+            page=page,
+            total=len(wanted),
+            shown=wanted[(page - 1) * ENTITY_PAGE : page * ENTITY_PAGE],
+            pages=page_numbers(page, last),
+            last_page=last,
+            query_base=_query({**shown, "q": text, "type": kind}),
+        )
+        return self._render(ctx, "entities.html", nav="entities", **values)
+
+    async def entity_page(self, ctx: _Ctx) -> Response:
+        """One entity of a scope and every memory (of those read) that mentions it."""
+        params = ctx.request.query_params
+        name = (params.get("name") or "").strip()
+        try:
+            page = max(1, int(params.get("page", "1")))
+        except ValueError:
+            page = 1
+        shown, found = await self._entities_of(ctx)
+        entity = found.by_key.get(name) if found is not None else None
+        if entity is None:
+            return self._render(
+                ctx,
+                "error.html",
+                404,
+                title="Not found",
+                message=(
+                    "This scope's memories mention no such entity: it may have been "
+                    "renamed or deleted, or the link is mistyped."
+                ),
+            )
+        ids = entity["ids"]
+        last = max(1, -(-len(ids) // ENTITY_PAGE))
+        page = min(page, last)
+        memories = [found.memories[i] for i in ids[(page - 1) * ENTITY_PAGE : page * ENTITY_PAGE]]
+        return self._render(
+            ctx,
+            "entity.html",
+            nav="entities",
+            scope=shown,
+            scope_query=_query(shown),
+            scope_label=_scope_label(shown),
+            entity=entity,
+            memories=memories,
+            page=page,
+            pages=page_numbers(page, last),
+            last_page=last,
+            query_base=_query({**shown, "name": name}),
+            found=found,
+            scan=self.entity_index.scan,
+        )
 
     # -- API keys (an admin key only) --
 
@@ -1196,8 +1413,10 @@ class _UI:
         try:
             made = await anyio.to_thread.run_sync(make)
         except EngramError as exc:
+            activity_log.note_status(describe_error(exc)[0])
             ctx.session.flash_error = True
             return self._redirect(ctx, "/ui/keys", "Not created: " + str(exc).replace("--", ""))
+        activity_log.note("create_key", target=made.info.id)
         ctx.session.new_key = (made.info.id, made.key)
         return self._redirect(ctx, "/ui/keys", f"Created key {made.info.id}.")
 
@@ -1207,6 +1426,7 @@ class _UI:
         await self._form(ctx)
         if not re.fullmatch(r"[0-9a-f]{8}", key_id):
             raise ValidationError("there is no key with this id")
+        activity_log.note("revoke_key", target=key_id)
         try:
             await anyio.to_thread.run_sync(store.revoke, key_id)
         except EngramError:
@@ -1240,6 +1460,7 @@ class _UI:
                 next=target,
                 error="That API key is unknown or revoked. Check that it was pasted whole.",
             )
+        activity_log.note_caller(found.id)
         self.sessions.drop(ctx.sid)
         sid, _ = self.sessions.new(key)
         response = RedirectResponse(target, status_code=303)
@@ -1317,9 +1538,14 @@ def install_ui(
     *,
     keys: KeyStore | None = None,
     limits: ServerLimits | None = None,
+    activity: ActivityLog | None = None,
 ) -> None:
-    """Serve the web UI at ``/ui`` of ``app``, over ``memory`` with ``keys``' rules."""
-    ui = _UI(memory, keys, limits)
+    """Serve the web UI at ``/ui`` of ``app``, over ``memory`` with ``keys``' rules.
+
+    ``activity`` is the log the Activity page reads (and the UI's actions go
+    to, through :class:`~engramdb.server.activity.ActivityMiddleware`).
+    """
+    ui = _UI(memory, keys, limits, activity)
     app.state.ui = ui
     app.mount(
         "/ui/static",
@@ -1328,11 +1554,18 @@ def install_ui(
     )
 
     def route(method: str, path: str, handler: _Handler, *, need_caller: bool = True) -> None:
+        action = _ACTIONS.get(handler.__name__) if method == "POST" else None
+
         async def endpoint(request: Request) -> Response:
+            if action is not None:  # a change (or signing in or out): the log keeps it
+                activity_log.want()
+                activity_log.note(action, fixed=True)
             try:
                 ctx = ui._context(request, need_caller=need_caller)
             except _Page as page:
                 return page.response
+            if action is not None:
+                activity_log.note_caller(ctx.caller.key_id)
             try:
                 kwargs = dict(request.path_params)
                 return await handler(ctx, **kwargs)
@@ -1366,6 +1599,9 @@ def install_ui(
     route("POST", "/ui/memory/{memory_id}/purge", ui.purge)
     route("GET", "/ui/failures/{failure_id}", ui.failure_page)
     route("POST", "/ui/failures/{failure_id}/retry", ui.retry)
+    route("GET", "/ui/activity", ui.activity_page)
+    route("GET", "/ui/entities", ui.entities_page)
+    route("GET", "/ui/entity", ui.entity_page)
     route("GET", "/ui/keys", ui.keys_page)
     route("POST", "/ui/keys", ui.key_create)
     route("POST", "/ui/keys/{key_id}/revoke", ui.key_revoke)
