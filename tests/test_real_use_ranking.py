@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engramdb import Memory
+from engramdb import Memory, search
 from engramdb.core.records import MemoryRow
 from engramdb.embedders import LocalEmbedder
 from engramdb.expand import same_conversation
@@ -211,6 +211,43 @@ def test_a_present_question_gets_the_newer_statement(
         # A question about a date is not about now: no decay applied.
         then = m.search("What car did eve drive in 2023?", user_id="eve", explain=True)
         assert all("recency" not in r["score_details"] for r in then["results"])
+
+
+_CHAT = [
+    ("Sofia", "Hey Bram! How was your week?"),
+    ("Bram", "Not bad at all! Tired, but good."),
+    ("Sofia", "Lol, classic."),
+    ("Bram", "I've been birdwatching every Sunday at the reservoir."),
+    ("Sofia", "That's lovely."),
+    ("Bram", "Pretty good, busy though. You?"),
+]
+
+
+@pytest.mark.parametrize("question", ["What is Bram's hobby?", "What does Bram do on weekends?"])
+def test_small_talk_does_not_outrank_what_was_said(
+    tmp_path: Path, embedder: LocalEmbedder, question: str
+) -> None:
+    """Verbatim turns: a content-free reply sits near every question in the vector space."""
+    messages = [{"role": "user", "content": text, "name": who} for who, text in _CHAT]
+    tops = {}
+    for factor in (1.0, FusionConfig().chatter_factor):
+        config = {"retrieval": {"chatter_factor": factor}}
+        with Memory(tmp_path / f"c{factor}.db", config, embedder=embedder, llm=None) as m:
+            m.add(messages, user_id="bram", infer=False)
+            hits = m.search(question, user_id="bram", explain=True)["results"]
+            tops[factor] = hits[0]["memory"]
+            said = {h["memory"]: h["score_details"].get("chatter", 1.0) for h in hits}
+    assert tops[1.0] != _CHAT[3][1]  # without the lever, small talk comes first
+    assert tops[FusionConfig().chatter_factor] == _CHAT[3][1]
+    assert said[_CHAT[3][1]] == 1.0 and said[_CHAT[1][1]] == FusionConfig().chatter_factor
+
+
+def test_what_counts_as_small_talk() -> None:
+    chatter = search._chatter_terms()
+    for text in ("Not bad at all! Tired, but good.", "Lol, classic.", "Haha, fair enough."):
+        assert search._own_terms(text) <= chatter, text
+    for text in ("I'm vegan", "I love hiking", "Work has been crazy, too many meetings"):
+        assert not search._own_terms(text) <= chatter, text
 
 
 def test_mem0_result_shape(mem: Memory) -> None:

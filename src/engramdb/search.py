@@ -351,6 +351,13 @@ class FusionConfig(BaseModel):
     "yesterday", "last week", ...), the candidates whose text says no time have their
     score multiplied by ``1 - when_weight``. Off because it does not generalise on
     LoCoMo dev by leave-one-conversation-out (docs/retrieval.md)."""
+    chatter_factor: float = Field(default=0.5, ge=0, le=1)
+    """Small talk's share of its fused score (default 0.5; 1: off). A candidate whose own keyword
+    terms, past the speakers' names, are all everyday conversation words ("Not bad
+    at all! Tired, but good.", "Lol, classic.", "Hey Sofia! How's your week been?";
+    :data:`CHATTER_WORDS`) has its score multiplied by this: such a turn states
+    nothing, yet its vector sits near every question. docs/retrieval.md has the
+    measurements."""
     informative_terms: int = Field(default=0, ge=0, le=64)
     """Informativeness prior (0: off, the default): a candidate whose own text has fewer
     than this many distinct keyword terms (:func:`engramdb.nlp.index_terms`: stop words
@@ -370,6 +377,7 @@ _SIGNALS_ALONE: dict[str, Any] = {
     "neighbour_hits": 0,
     "time_weight": 0.0,
     "when_weight": 0.0,
+    "chatter_factor": 1.0,
 }
 HYBRID_RRF = FusionConfig(method="rrf", entity_weight=0.5, actor_weight=0.5, **_SIGNALS_ALONE)
 DENSE_ONLY = FusionConfig(bm25_weight=0.0, entity_weight=0.0, actor_weight=0.0, **_SIGNALS_ALONE)
@@ -542,6 +550,39 @@ def _own_terms(text: str) -> frozenset[str]:
     return frozenset(index_terms(text).split())
 
 
+CHATTER_WORDS = (
+    "hi hello hey bye goodbye morning evening night thanks thank cheers sorry welcome "
+    "ok okay yes yeah yep yup nope sure right cool nice great good fine bad awesome "
+    "amazing wonderful fantastic brilliant terrible awful lovely wow lol haha hah omg oh "
+    "ah hmm well really totally exactly definitely absolutely indeed true fair enough "
+    "glad happy sad tired busy pretty quite bit lot much anyway though kinda sort kind "
+    "stuff thing way day week weekend today tonight tomorrow yesterday time moment later "
+    "soon ago month year life everything anything something nothing everyone guess think "
+    "know mean feel hope wish love like see hear tell talk say catch chat miss meet go get "
+    "come make keep take let sound fun funny crazy wild classic same back again long ages "
+    "news hear luck care bless congrats congratulations agree point idea deal plan "
+    "interesting cute sweet wait course honestly seriously literally complaint strong alright"
+)
+"""Everyday conversation words, lemmatised as the index does: a text made of these
+(and names) alone is small talk (``FusionConfig.chatter_factor``)."""
+
+
+@lru_cache(maxsize=1)
+def _chatter_terms() -> frozenset[str]:
+    return frozenset(index_terms(CHATTER_WORDS).split())
+
+
+def chatter_factors(candidates: Sequence[Candidate], factor: float) -> list[float]:
+    """``factor`` for each candidate that is small talk, else 1 (see ``chatter_factor``)."""
+    if factor >= 1.0:
+        return [1.0] * len(candidates)
+    chatter = _chatter_terms()
+    names: set[str] = set()
+    for actor in {c.row.actor_id for c in candidates if c.row.actor_id}:
+        names |= _own_terms(actor)
+    return [factor if _own_terms(c.row.text) - names <= chatter else 1.0 for c in candidates]
+
+
 def informative_factors(candidates: Sequence[Candidate], terms: int) -> list[float]:
     """Each candidate's informativeness factor, ``min(1, n / terms)`` (1 when ``terms`` is 0).
 
@@ -614,6 +655,9 @@ def fuse(
         if config.informative_terms > 0
         else None
     )
+    chatter = (
+        chatter_factors(candidates, config.chatter_factor) if config.chatter_factor < 1 else None
+    )
     scored: list[tuple[float, float, float, float, int]] = []
     for i, cand in enumerate(candidates):
         sem_part = min(
@@ -635,6 +679,8 @@ def fuse(
             score = (w_s * sem_part + w_b * bm_part + w_e * ent[i] + w_a * actor_part) / active
         if informative is not None:
             score *= informative[i]
+        if chatter is not None:
+            score *= chatter[i]
         scored.append((min(1.0, max(0.0, score)), sem_part, bm_part, actor_part, i))
     scored.sort(key=lambda t: (-t[0], -candidates[t[4]].semantic, candidates[t[4]].row.id))
     if limit is not None:
@@ -671,6 +717,7 @@ def fuse(
                     ),
                     **({"relative": min(1.0, score / best)} if best else {}),
                     **({"informative": informative[i]} if informative is not None else {}),
+                    **({"chatter": chatter[i]} if chatter is not None else {}),
                     "method": config.method,
                     "rank": {
                         "semantic": cand.semantic_rank,
