@@ -35,6 +35,7 @@ from engramdb.maintain import (
     maintain,
     merge_messages,
     parse_merge_reply,
+    subject_signature,
     text_similarity,
 )
 
@@ -206,6 +207,23 @@ def test_clusters_never_mix_users_or_agents(mem: Memory) -> None:
     scoped = maintain(mem, user_id="alice")
     assert [c.ids for c in scoped.clusters] == [alice]
     assert coach not in {i for c in scoped.clusters for i in c.ids}
+
+
+def test_clusters_never_join_facts_about_different_people(mem: Memory) -> None:
+    """Issue 29: a cluster joined "Dana's dad's phone number" with "Dana's phone number"."""
+    dad = add(mem, "Dana's dad's phone number is 0161 496 0000")
+    dana = add(mem, "Dana's phone number is 0161 496 0000")
+    again = add(mem, "dana's phone number is 0161 496 0000.")
+    mum = add(mem, "My mum lives in Porto")
+    sister = add(mem, "My sister lives in Porto")
+    # Close enough to pair on text alone: the guard, not the thresholds, keeps them apart.
+    assert text_similarity("Dana's dad's phone number is 0161 496 0000",
+                           "Dana's phone number is 0161 496 0000") >= 0.85  # fmt: skip
+    assert subject_signature("Dana's dad's phone number") == {"dana", "dad"}
+    report = maintain(mem, user_id="alice")
+    assert [c.ids for c in report.clusters] == [[dana, again]]
+    clustered = {i for c in report.clusters for i in c.ids}
+    assert not clustered & {dad, mum, sister}
 
 
 def test_text_similarity_joins_what_the_cosine_threshold_does_not(mem: Memory) -> None:

@@ -23,10 +23,12 @@ would change and writes nothing.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import json
 import math
+import re
 import time
 import unicodedata
 from collections import Counter, defaultdict
@@ -51,6 +53,7 @@ from engramdb.errors import (
 )
 from engramdb.extract import repair_json
 from engramdb.llms import LLM
+from engramdb.nlp import index_terms
 from engramdb.search import document_text
 from engramdb.stores.base import MemoryRow, Scope, Store
 
@@ -545,11 +548,14 @@ class _Job:
         text_threshold: float,
     ) -> None:
         grams = [_trigrams(r.text) for r in rows]
+        whose = [subject_signature(r.text) for r in rows]
         found: set[tuple[int, int]] = set()
         union = _UnionFind(len(rows))
         dropped = 0
         pairs = itertools.chain(_cosine_pairs(vectors, cosine), _text_pairs(grams, text_threshold))
         for i, j in pairs:
+            if whose[i] != whose[j]:
+                continue  # about different people: never one fact ("Dana's dad's phone")
             union.join(i, j)
             if (i, j) in found:
                 continue
@@ -772,6 +778,38 @@ def parse_merge_reply(reply: str, *, max_chars: int) -> tuple[bool, str, str | N
 
 
 # -- similarity --------------------------------------------------------------------------
+
+RELATION_WORDS = (
+    "mum mom mother father dad parent brother sister sibling son daughter kid child baby "
+    "wife husband partner boyfriend girlfriend fiance fiancee spouse grandmother grandfather "
+    "grandma grandpa granny nan uncle aunt cousin niece nephew friend colleague coworker "
+    "boss manager neighbour neighbor roommate flatmate housemate teacher coach doctor "
+    "dentist therapist landlord dog cat pet"
+)
+"""Words that say whose fact a memory states, lemmatised as the index does
+(:func:`subject_signature`)."""
+
+_POSSESSOR = re.compile(r"\b([^\W\d_]+)['\u2019]s\b")
+
+
+@functools.lru_cache(maxsize=1)
+def _relation_terms() -> frozenset[str]:
+    return frozenset(index_terms(RELATION_WORDS).split())
+
+
+def subject_signature(text: str) -> frozenset[str]:
+    """Who a memory is about, as far as its words say.
+
+    The relations it names ("my sister", "Dana's dad") and the possessors
+    ("Dana's"), lemmatised. Two memories with different signatures are about different people and are
+    never a similar pair, however close their texts ("Dana's dad's phone number
+    is …" and "Dana's phone number is …"). A memory naming none has the empty
+    signature.
+    """
+    terms = set(index_terms(text).split()) & _relation_terms()
+    for word in _POSSESSOR.findall(text):
+        terms |= set(index_terms(word).split())
+    return frozenset(terms)
 
 
 def text_similarity(a: str, b: str) -> float:
