@@ -801,10 +801,10 @@ def subject_signature(text: str) -> frozenset[str]:
     """Who a memory is about, as far as its words say.
 
     The relations it names ("my sister", "Dana's dad") and the possessors
-    ("Dana's"), lemmatised. Two memories with different signatures are about different people and are
-    never a similar pair, however close their texts ("Dana's dad's phone number
-    is …" and "Dana's phone number is …"). A memory naming none has the empty
-    signature.
+    ("Dana's"), lemmatised. Two memories with different signatures are about
+    different people and are never a similar pair, however close their texts
+    ("Dana's dad's phone number is …" and "Dana's phone number is …"). A
+    memory naming none has the empty signature.
     """
     terms = set(index_terms(text).split()) & _relation_terms()
     for word in _POSSESSOR.findall(text):
