@@ -31,6 +31,7 @@ from engramdb.memory_async import AsyncMemory
 from engramdb.reembed import DEFAULT_BATCH_SIZE, ProgressCallback, ReembedReport, reembed_flow
 from engramdb.stores.base import KEEP
 from engramdb.stores.kernel.rebind import REEMBED_HINT
+from engramdb.stores.routing import replica_reads
 
 __all__ = ["AsyncMemory", "EventCallback", "Memory"]
 
@@ -69,6 +70,11 @@ class Memory(BaseMemory):
 
     def _run(self, flow: Flow[Any]) -> Any:
         return run_sync(flow, self._perform)
+
+    def _read(self, flow: Flow[Any]) -> Any:
+        # A call that only reads: a store with a read replica may serve it there.
+        with replica_reads():
+            return run_sync(flow, self._perform)
 
     def add(
         self,
@@ -154,7 +160,7 @@ class Memory(BaseMemory):
         not yet expired then, superseded only by what had been stated by then.
         See docs/retrieval.md.
         """
-        result: dict[str, Any] = self._run(
+        result: dict[str, Any] = self._read(
             self._ops.search(
                 query,
                 filters=filters,
@@ -173,7 +179,7 @@ class Memory(BaseMemory):
 
     def get(self, memory_id: str) -> dict[str, Any] | None:
         """One memory by id, or ``None`` if there is none (or it was deleted)."""
-        result: dict[str, Any] | None = self._run(self._ops.get(memory_id))
+        result: dict[str, Any] | None = self._read(self._ops.get(memory_id))
         return result
 
     def get_all(
@@ -192,7 +198,7 @@ class Memory(BaseMemory):
 
         ``show_expired=True`` includes memories past their expiration date.
         """
-        result: dict[str, Any] = self._run(
+        result: dict[str, Any] = self._read(
             self._ops.get_all(
                 filters=filters,
                 top_k=limit if limit is not None else top_k,
@@ -277,7 +283,7 @@ class Memory(BaseMemory):
 
     def history(self, memory_id: str) -> list[dict[str, Any]]:
         """Every change of a memory, oldest first."""
-        result: list[dict[str, Any]] = self._run(self._ops.history(memory_id))
+        result: list[dict[str, Any]] = self._read(self._ops.history(memory_id))
         return result
 
     def timeline(self, memory_id: str) -> list[dict[str, Any]]:
@@ -286,7 +292,7 @@ class Memory(BaseMemory):
         "What did I like before, what do I like now": a changed preference is a
         new memory linked to the old one, so both show, oldest first.
         """
-        result: list[dict[str, Any]] = self._run(self._ops.timeline(memory_id))
+        result: list[dict[str, Any]] = self._read(self._ops.timeline(memory_id))
         return result
 
     def check_embedder(self, purpose: str) -> None:
@@ -361,7 +367,7 @@ class Memory(BaseMemory):
         (:meth:`scoped`) sees only the messages of its own scope, and a memory
         it cannot see raises :class:`MemoryNotFoundError`, like an unknown id.
         """
-        result: list[dict[str, Any]] = self._run(self._ops.source_messages(memory_id))
+        result: list[dict[str, Any]] = self._read(self._ops.source_messages(memory_id))
         return result
 
     def scope_counts(self) -> dict[str, Any]:
@@ -375,7 +381,7 @@ class Memory(BaseMemory):
         memories added that day, deleted ones too. One aggregate query, not a
         scan in Python; mem0 has no equivalent.
         """
-        result: dict[str, Any] = self._run(self._ops.scope_counts())
+        result: dict[str, Any] = self._read(self._ops.scope_counts())
         return result
 
     def failures(
@@ -393,7 +399,7 @@ class Memory(BaseMemory):
         ``reply`` is the last unusable reply, verbatim (``None`` when the LLM
         gave none: unreachable, timed out).
         """
-        result: list[dict[str, Any]] = self._run(
+        result: list[dict[str, Any]] = self._read(
             self._ops.failures(scope_ids(user_id, agent_id, run_id), include_resolved)
         )
         return result

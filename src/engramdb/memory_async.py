@@ -28,6 +28,7 @@ from engramdb._face import BaseMemory, scope_ids, text_or_data
 from engramdb.core.access import Access
 from engramdb.reembed import DEFAULT_BATCH_SIZE, ProgressCallback, ReembedReport, reembed_flow
 from engramdb.stores.base import KEEP, AsyncStore
+from engramdb.stores.routing import replica_reads
 
 __all__ = ["AsyncMemory"]
 
@@ -105,6 +106,11 @@ class AsyncMemory(BaseMemory):
     async def _run(self, flow: Flow[Any]) -> Any:
         return await run_async(flow, self._perform)
 
+    async def _read(self, flow: Flow[Any]) -> Any:
+        # A call that only reads: a store with a read replica may serve it there.
+        with replica_reads():
+            return await run_async(flow, self._perform)
+
     async def add(
         self,
         messages: str | dict[str, Any] | list[dict[str, Any]],
@@ -155,7 +161,7 @@ class AsyncMemory(BaseMemory):
         include_superseded: bool = True,
     ) -> dict[str, Any]:
         """See :meth:`Memory.search`."""
-        result: dict[str, Any] = await self._run(
+        result: dict[str, Any] = await self._read(
             self._ops.search(
                 query,
                 filters=filters,
@@ -174,7 +180,7 @@ class AsyncMemory(BaseMemory):
 
     async def get(self, memory_id: str) -> dict[str, Any] | None:
         """See :meth:`Memory.get`."""
-        result: dict[str, Any] | None = await self._run(self._ops.get(memory_id))
+        result: dict[str, Any] | None = await self._read(self._ops.get(memory_id))
         return result
 
     async def get_all(
@@ -190,7 +196,7 @@ class AsyncMemory(BaseMemory):
         show_expired: bool = False,
     ) -> dict[str, Any]:
         """See :meth:`Memory.get_all`."""
-        result: dict[str, Any] = await self._run(
+        result: dict[str, Any] = await self._read(
             self._ops.get_all(
                 filters=filters,
                 top_k=limit if limit is not None else top_k,
@@ -263,22 +269,22 @@ class AsyncMemory(BaseMemory):
 
     async def history(self, memory_id: str) -> list[dict[str, Any]]:
         """See :meth:`Memory.history`."""
-        result: list[dict[str, Any]] = await self._run(self._ops.history(memory_id))
+        result: list[dict[str, Any]] = await self._read(self._ops.history(memory_id))
         return result
 
     async def timeline(self, memory_id: str) -> list[dict[str, Any]]:
         """See :meth:`Memory.timeline`."""
-        result: list[dict[str, Any]] = await self._run(self._ops.timeline(memory_id))
+        result: list[dict[str, Any]] = await self._read(self._ops.timeline(memory_id))
         return result
 
     async def source_messages(self, memory_id: str) -> list[dict[str, Any]]:
         """See :meth:`Memory.source_messages`."""
-        result: list[dict[str, Any]] = await self._run(self._ops.source_messages(memory_id))
+        result: list[dict[str, Any]] = await self._read(self._ops.source_messages(memory_id))
         return result
 
     async def scope_counts(self) -> dict[str, Any]:
         """See :meth:`Memory.scope_counts`."""
-        result: dict[str, Any] = await self._run(self._ops.scope_counts())
+        result: dict[str, Any] = await self._read(self._ops.scope_counts())
         return result
 
     async def failures(
@@ -290,7 +296,7 @@ class AsyncMemory(BaseMemory):
         include_resolved: bool = False,
     ) -> list[dict[str, Any]]:
         """See :meth:`Memory.failures`."""
-        result: list[dict[str, Any]] = await self._run(
+        result: list[dict[str, Any]] = await self._read(
             self._ops.failures(scope_ids(user_id, agent_id, run_id), include_resolved)
         )
         return result

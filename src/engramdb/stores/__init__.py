@@ -68,6 +68,10 @@ POSTGRES_OPTIONS = (
     "max_cached_docs",
     "cache_bytes",
     "ef_search",
+    # a read replica (hot standby): reads of calls that only read go there
+    "read_url",
+    "read_wait",
+    "read_retry",
     # mem0 pgvector keys accepted and ignored (the dimension comes from the embedder;
     # the HNSW index is always built)
     "embedding_model_dims",
@@ -122,9 +126,45 @@ def check_store_config(provider: str, config: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"{provider} option unavailable_timeout must be a positive number of seconds"
             )
+        _check_replica(provider, config)
         return
     _check_keys(provider, config, SQLITE_OPTIONS)
     _check_counts(provider, config, ("max_cached_vectors",))
+
+
+def _check_replica(provider: str, config: Mapping[str, Any]) -> None:
+    """Refuse a ``read_url`` that is no PostgreSQL connection string, and bad read timings."""
+    for key, what in (("read_wait", "a non-negative"), ("read_retry", "a positive")):
+        if key not in config:
+            continue
+        value = config[key]
+        number = not isinstance(value, bool) and isinstance(value, int | float)
+        if not number or not (value > 0 or (value == 0 and key == "read_wait")):
+            raise ConfigError(
+                f"{provider} option {key} must be {what} number of seconds; got {value!r}"
+            )
+        if "read_url" not in config:
+            raise ConfigError(f"{provider} option {key} needs read_url (the read replica)")
+    if "read_url" not in config:
+        return
+    url = config["read_url"]
+    hint = (
+        "a postgresql:// URL or a libpq key=value string naming a hot standby of the store's "
+        "database, e.g. postgresql://engram@replica.internal:5432/app"
+    )
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"{provider} option read_url must be {hint}; got {url!r}")
+    scheme = urlsplit(url).scheme if "://" in url else ""
+    if "://" in url and scheme not in ("postgresql", "postgres"):
+        raise ConfigError(f"{provider} option read_url must be {hint}; got the scheme {scheme!r}")
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:  # pragma: no cover - the store itself says what is missing
+        return
+    try:
+        conninfo_to_dict(url)
+    except Exception as exc:  # psycopg.ProgrammingError: not a connection string
+        raise ConfigError(f"{provider} option read_url must be {hint} ({exc})") from exc
 
 
 def store_from_env() -> tuple[str, dict[str, Any]] | None:
@@ -178,6 +218,9 @@ def make_store(provider: str, config: Mapping[str, Any], default_path: Path) -> 
             max_cached_docs=int(config.get("max_cached_docs", 2_000_000)),
             ef_search=int(config.get("ef_search", 200)),
             unavailable_timeout=float(config.get("unavailable_timeout", 5.0)),
+            read_url=config.get("read_url"),
+            read_wait=float(config.get("read_wait", 0.2)),
+            read_retry=float(config.get("read_retry", 5.0)),
         )
         # The bound on the bytes of the keyword caches, over every scope (per process).
         store.flows.caches.max_bytes = int(config.get("cache_bytes", DEFAULT_CACHE_BYTES))

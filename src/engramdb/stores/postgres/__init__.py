@@ -38,6 +38,11 @@ sequence would be: numbers are taken in one order and committed in
 another) and a long transaction elsewhere does not make every search read
 again what it holds back. Purge and reset bump ``meta.epoch``, which drops
 every cache.
+
+With ``read_url`` (a hot standby), the reads of calls that only read go to
+the replica, with read-your-writes for the store that wrote and the primary
+as the fallback; a standby's snapshot lists no running transaction, so a
+catch-up there trusts only its ``xmin`` (``_replica.py``, ``_reads.py``).
 """
 
 try:  # the optional dependency: pip install 'engramdb[postgres]'

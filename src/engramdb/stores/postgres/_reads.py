@@ -24,15 +24,25 @@ from engramdb.stores.kernel.sql import POSTGRES, scope_counts_query, source_mess
 from engramdb.stores.postgres._sql import (
     _NCOLS,
     _Q,
+    REPLICA_READ,
     Tx,
     _Cache,
     _FlowBase,
     _iso,
     _now,
     _Snapshot,
+    lsn,
 )
 
 T = TypeVar("T")
+
+_POSITION = (
+    "CASE WHEN pg_is_in_recovery() THEN 'r' || coalesce(pg_last_wal_replay_lsn(), '0/0')::text "
+    "ELSE 'p' || pg_current_wal_insert_lsn()::text END"
+)
+"""Where the server is: a standby's replay position ('r…'), a primary's insert position ('p…').
+
+Read after the snapshot, so an upper bound of what the snapshot shows."""
 
 
 class _ReadFlows(_FlowBase):
@@ -368,10 +378,16 @@ class _ReadFlows(_FlowBase):
     def catch_up(self, kind: str, value: str) -> Tx[_Cache | None]:
         """The keyword cache of one primary scope id, caught up with this snapshot.
 
-        One query: its first row (rowid -1) carries the epoch, the snapshot
-        and the binding; the others are the scope's rows stamped by
-        transactions that had not ended at the cache's last snapshot. None
-        when no embedder is bound (nothing to search).
+        One query: its first row (rowid -1) carries the epoch, the snapshot,
+        the binding and the server's WAL position; the others are the
+        scope's rows stamped by transactions that had not ended at the
+        cache's last snapshot. None when no embedder is bound (nothing to
+        search).
+
+        On a read replica (a hot standby) the snapshot proves less (see
+        :meth:`_Snapshot.horizon`), and a replica that has not replayed what
+        the cache already holds (read from the primary, or from a replica
+        further ahead) leaves it as it is rather than move it backwards.
         """
         key = (kind, value)
         if kind == "user_id":
@@ -387,22 +403,32 @@ class _ReadFlows(_FlowBase):
             f"SELECT -1, NULL, (SELECT value FROM {meta} WHERE key = 'epoch'), "
             "pg_current_snapshot()::text, "
             f"(SELECT value FROM {meta} WHERE key = 'embedder_model'), "
-            f"(SELECT value FROM {meta} WHERE key = 'embedder_dim') UNION ALL "
+            f"(SELECT value FROM {meta} WHERE key = 'embedder_dim'), {_POSITION} UNION ALL "
         )
+        reading = REPLICA_READ.get()
         full = False
         for _ in range(3):
             with self.caches.lock:
                 known = self.caches.get(key)
                 since = known.snapshot if known is not None and not full else None
-            if since is None:
-                changed_sql, changed = "TRUE", []
+                behind = (
+                    reading is not None
+                    and known is not None
+                    and since is not None
+                    and reading.at < known.lsn
+                )
+            changed: list[Any] = []
+            if behind:
+                changed_sql = "FALSE"
+            elif since is None:
+                changed_sql = "TRUE"
             elif since.xip:
                 changed_sql = "(m.txid >= %s::xid8 OR m.txid = ANY(%s::xid8[]))"
                 changed = [str(since.xmax), [str(x) for x in sorted(since.xip)]]
             else:
                 changed_sql, changed = "m.txid >= %s::xid8", [str(since.xmax)]
             rows = yield _Q(
-                f"{head}SELECT m.rowid, m.deleted_at IS NULL, m.terms, NULL, NULL, NULL "
+                f"{head}SELECT m.rowid, m.deleted_at IS NULL, m.terms, NULL, NULL, NULL, NULL "
                 f"FROM {self.t('memories')} m WHERE {changed_sql} AND {member} "
                 # Row order is the index's tie order (BM25Index breaks equal scores by
                 # insertion): rowid order, as SQLite's catch-up reads them.
@@ -412,7 +438,14 @@ class _ReadFlows(_FlowBase):
             top = next(r for r in rows if r[0] == -1)
             if not self.check_binding(top[4], top[5]):
                 return None
-            epoch, snap = str(top[2]), _Snapshot.parse(top[3])
+            epoch, position = str(top[2]), str(top[6])
+            at = lsn(position[1:])
+            if position[0] == "r":
+                snap = _Snapshot.horizon(top[3])
+                if reading is not None:
+                    reading.replayed = max(reading.replayed, at)
+            else:
+                snap = _Snapshot.parse(top[3])
             found = [r for r in rows if r[0] != -1]
             with self.caches.lock:
                 self.caught_up_rows += len(found)
@@ -422,7 +455,7 @@ class _ReadFlows(_FlowBase):
                     # This snapshot predates a purge another thread has seen: serve
                     # it from a private cache, filled whole, and keep the shared ones.
                     if since is None:
-                        return self._apply(_Cache(), found, snap)
+                        return self._apply(_Cache(), found, snap, at)
                     full = True
                     continue
                 cache = self.caches.get(key)
@@ -430,8 +463,12 @@ class _ReadFlows(_FlowBase):
                     if since is not None:
                         continue  # dropped meanwhile: read it whole
                     cache = self.caches.put(key, _Cache())
-                if cache.snapshot is since:
-                    self._apply(cache, found, snap)
+                if behind:
+                    if cache is not known:
+                        continue  # replaced meanwhile: look again
+                    # (served as it is: it holds more than this replica has replayed)
+                elif cache.snapshot is since:
+                    self._apply(cache, found, snap if since is None else since.union(snap), at)
                 elif cache.snapshot is None or not cache.snapshot.covers(snap):
                     continue  # moved meanwhile, not past our snapshot: read from there
                 # (else: another thread caught up from a newer snapshot; it wins)
@@ -450,7 +487,7 @@ class _ReadFlows(_FlowBase):
             self.caches.evict()
 
     @staticmethod
-    def _apply(cache: _Cache, rows: Sequence[Sequence[Any]], snap: _Snapshot) -> _Cache:
+    def _apply(cache: _Cache, rows: Sequence[Sequence[Any]], snap: _Snapshot, at: int) -> _Cache:
         live = [r for r in rows if r[1]]
         cache.apply(
             [int(r[0]) for r in rows if not r[1]],
@@ -458,4 +495,5 @@ class _ReadFlows(_FlowBase):
             [r[2].split() for r in live],
         )
         cache.snapshot = snap
+        cache.lsn = max(cache.lsn, at)
         return cache

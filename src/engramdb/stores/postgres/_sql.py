@@ -7,6 +7,7 @@ import logging
 import struct
 import threading
 from collections.abc import Generator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -143,19 +144,77 @@ class _Snapshot:
         _, xmax, xip = text.split(":")
         return _Snapshot(int(xmax), frozenset(int(x) for x in xip.split(",") if x))
 
+    @staticmethod
+    def horizon(text: str) -> _Snapshot:
+        """What a hot standby's snapshot (text form) proves: only what ended before its ``xmin``.
+
+        A standby's ``pg_current_snapshot()`` lists no running transaction
+        (``xip`` is empty: it keeps them as sub-transaction ids, which the
+        function leaves out), so its ``xmax`` would count a transaction still
+        running on the primary as ended, and a catch-up would never read its
+        rows. Its ``xmin`` is right: every transaction below it had ended.
+        """
+        xmin, _, _ = text.split(":")
+        return _Snapshot(int(xmin), frozenset())
+
     def covers(self, other: _Snapshot) -> bool:
         """Whether every transaction that had ended in ``other`` had ended in this one."""
         return other.xmax <= self.xmax and all(x in other.xip or x >= other.xmax for x in self.xip)
 
+    def union(self, other: _Snapshot) -> _Snapshot:
+        """The transactions that had ended in either snapshot, as one snapshot.
+
+        A cache that had read everything up to ``self`` and then the changes
+        since ``self`` as of ``other`` has read everything up to both. For a
+        later snapshot of the same server this is ``other``; for an older one
+        (a replica behind the primary) it keeps what ``self`` proves, so a
+        cache never moves backwards.
+        """
+        low, high = (self, other) if self.xmax <= other.xmax else (other, self)
+        return _Snapshot(high.xmax, frozenset(x for x in high.xip if x in low.xip or x >= low.xmax))
+
+
+def lsn(text: str | None) -> int:
+    """A ``pg_lsn`` text (``16/B374D848``) as a number (0 for None)."""
+    if not text:
+        return 0
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+class ReplicaRead:
+    """A read running on a read replica connection (:data:`REPLICA_READ`).
+
+    ``at`` is a WAL position the replica had replayed before the read's
+    snapshot was taken (a lower bound of what the read sees); a flow that
+    learns a newer replay position raises ``replayed``.
+    """
+
+    __slots__ = ("at", "replayed")
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.replayed = at
+
+
+REPLICA_READ: ContextVar[ReplicaRead | None] = ContextVar("engramdb_replica_read", default=None)
+"""Set by the store while a flow runs on its read replica (None on the primary)."""
+
 
 class _Cache(ScopeCache):
-    """The keyword index of one primary scope id, and the snapshot it has read up to."""
+    """The keyword index of one primary scope id, and the snapshot it has read up to.
 
-    __slots__ = ("snapshot",)
+    ``lsn`` is an upper bound of the WAL position of what it holds (where
+    the server it last read from had got to): a replica that has not
+    replayed that far must not catch it up (it would move it backwards).
+    """
+
+    __slots__ = ("lsn", "snapshot")
 
     def __init__(self) -> None:
         super().__init__()
         self.snapshot: _Snapshot | None = None
+        self.lsn = 0
 
 
 REBIND = "engramdb: the embedder binding changed"

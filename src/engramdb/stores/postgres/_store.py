@@ -53,14 +53,27 @@ from engramdb.stores.postgres._driver import (
 from engramdb.stores.postgres._entity_hop import _EntityHopFlows
 from engramdb.stores.postgres._neighbours import _NeighbourFlows
 from engramdb.stores.postgres._reads import _ReadFlows
+from engramdb.stores.postgres._replica import (
+    CHECKOUT_S,
+    WRITTEN,
+    Replica,
+    aidentity,
+    await_replay,
+    identity,
+    wait_for_replay,
+    written,
+)
 from engramdb.stores.postgres._sql import (
     _VACUUM_FAILED,
     DEFAULT_SCHEMA,
+    REPLICA_READ,
+    ReplicaRead,
     Tx,
     _register_vector,
     log,
 )
 from engramdb.stores.postgres._writes import _WriteFlows
+from engramdb.stores.routing import replica_ok
 
 __all__ = ["DEFAULT_SCHEMA", "AsyncPostgresStore", "PostgresStore"]
 
@@ -184,19 +197,21 @@ class _PoolSettings:
             mode, health=health, patience=self.unavailable_timeout, pool_timeout=self.timeout
         )
 
-    def connect_kwargs(self) -> dict[str, Any]:
+    def connect_kwargs(self, url: str | None = None) -> dict[str, Any]:
         """The pool's connection options: autocommit, and a connect timeout unless the URL has one.
 
         Without one, a connection attempt to a host that does not answer
         would hold a pool worker for the system's TCP timeout (minutes).
+        ``url`` is the read replica's (its connect timeout is libpq's
+        shortest, 2 s: a read falls back to the primary rather than wait).
         """
         kwargs: dict[str, Any] = {"autocommit": True}
         try:
-            given = "connect_timeout" in conninfo_to_dict(self.url)
+            given = "connect_timeout" in conninfo_to_dict(url or self.url)
         except psycopg.Error:
             given = False
         if not given:
-            kwargs["connect_timeout"] = max(2, round(self.unavailable_timeout))
+            kwargs["connect_timeout"] = 2 if url else max(2, round(self.unavailable_timeout))
         return kwargs
 
 
@@ -214,6 +229,12 @@ class PostgresStore(_Operations):
         unavailable_timeout: seconds a call keeps trying while the server
             cannot be reached (stopped, restarting, network down) before it
             raises :class:`~engramdb.errors.StoreUnavailableError`.
+        read_url: a hot standby of ``url``'s database: the reads of calls that
+            only read go there (see :mod:`~engramdb.stores.postgres._replica`).
+        read_wait: seconds such a read waits for the replica to replay this
+            store's last write before it reads from the primary instead.
+        read_retry: seconds a replica that could not be reached is left
+            alone (its reads go to the primary) before one read tries it again.
     """
 
     def __init__(
@@ -227,6 +248,9 @@ class PostgresStore(_Operations):
         max_cached_docs: int = 2_000_000,
         ef_search: int = 200,
         unavailable_timeout: float = 5.0,
+        read_url: str | None = None,
+        read_wait: float = 0.2,
+        read_retry: float = 5.0,
     ) -> None:
         """Open the store, creating and migrating its schema if needed."""
         if not schema or len(schema) > 63:
@@ -235,7 +259,10 @@ class PostgresStore(_Operations):
         self.settings = _PoolSettings(url, min_size, max_size, timeout, unavailable_timeout)
         self.health = Health()
         self.schema = schema
+        self.replica = Replica(read_url, read_wait, read_retry) if read_url else None
+        """The read replica (``read_url``): its state and :attr:`Replica.stats`; None without."""
         self._pool: ConnectionPool | None = None
+        self._replica_pool: ConnectionPool | None = None
         self._pool_lock = threading.Lock()
         self._closed = False
         self._async: AsyncPostgresStore | None = None
@@ -244,6 +271,10 @@ class PostgresStore(_Operations):
             with psycopg.connect(url, autocommit=True) as con:
                 transaction(con, self.flows.migrate(), WRITE, pipeline=False)
                 self._vector_info = TypeInfo.fetch(con, "vector")
+                if self.replica is not None:
+                    # The schema may be new: the replica's reads wait for it too.
+                    self.replica.identity = identity(con)
+                    self._note_write(con)
         except psycopg.Error as exc:
             raise StoreError(f"cannot open the PostgreSQL store ({exc})") from exc
         if self._vector_info is None:
@@ -286,6 +317,111 @@ class PostgresStore(_Operations):
                     )
         return self._pool
 
+    def replica_pool(self) -> ConnectionPool:
+        """The read replica's connection pool (opened on first use; ``read_url`` only)."""
+        if self._closed:
+            raise StoreError("this store is closed; open a new Memory")
+        assert self.replica is not None
+        if self._replica_pool is None:
+            with self._pool_lock:
+                if self._replica_pool is None:
+                    url = self.replica.url
+                    self._replica_pool = ConnectionPool(
+                        url,
+                        min_size=self.settings.min_size,
+                        max_size=self.settings.max_size,
+                        timeout=CHECKOUT_S,
+                        kwargs=self.settings.connect_kwargs(url),
+                        configure=self._configure_replica,
+                        reconnect_timeout=_RECONNECT_S,
+                        name=f"engramdb-replica-{self.schema}",
+                        open=True,
+                    )
+        return self._replica_pool
+
+    def _configure_replica(self, con: psycopg.Connection[Any]) -> None:
+        self.configure(con)
+        con.execute(_SESSION)
+        assert self.replica is not None
+        self.replica.check(identity(con))
+
+    def _note_write(self, con: psycopg.Connection[Any]) -> None:
+        """After a commit on ``con``: where the replica must get before this store reads it."""
+        assert self.replica is not None
+        try:
+            row = con.execute(WRITTEN).fetchone()
+        except psycopg.Error:
+            self.replica.lost()  # committed all the same: the next read asks the primary
+            return
+        self.replica.wrote(row[0] if row else None)
+
+    def _probe(self) -> None:
+        """Connect to the replica once, outside the pool (raises if it cannot be reached)."""
+        assert self.replica is not None
+        url = self.replica.url
+        psycopg.connect(url, **self.settings.connect_kwargs(url)).close()
+
+    def _replica_checkout(self, pool: ConnectionPool) -> psycopg.Connection[Any]:
+        """A live replica connection, or PoolTimeout / OperationalError (read the primary)."""
+        assert self.replica is not None
+        probed = self.replica.down is not None
+        if probed:
+            self._probe()  # left alone a while: see whether it answers before waiting
+        while True:
+            con = pool.getconn()
+            if not is_stale(con):
+                return con
+            con.close()
+            pool.putconn(con)
+            if not probed:
+                # It closed our connections (a restart, a shutdown): is it there at all?
+                self._probe()
+                probed = True
+
+    def _read_replica(self, make: Callable[[], Tx[T]]) -> tuple[bool, Any]:
+        """Run a read flow on the replica: ``(True, result)``, or ``(False, None)`` (the primary).
+
+        Waits for the replica to replay this store's last write (up to
+        ``read_wait``); a replica that cannot be reached, lags beyond that or
+        fails the read leaves the read to the primary.
+        """
+        replica = self.replica
+        assert replica is not None
+        if not replica.usable():
+            return False, None
+        if replica.unknown:
+            replica.wrote(self._run_primary(written, "single"))
+        con: psycopg.Connection[Any] | None = None
+        pool: ConnectionPool | None = None
+        try:
+            pool = self.replica_pool()
+            con = self._replica_checkout(pool)
+            if replica.wrong is not None:  # found out on connecting
+                replica.count(primary=1)
+                return False, None
+            target = replica.needed(con)
+            waited = wait_for_replay(replica, con, target) if target else 0.0
+            if waited is None:
+                replica.behind()
+                return False, None
+            reading = ReplicaRead(replica.at(con))
+            token = REPLICA_READ.set(reading)
+            try:
+                result = transaction(con, make(), READ)
+            finally:
+                REPLICA_READ.reset(token)
+            replica.replayed(con, reading.replayed)
+            replica.served(waited)
+            return True, result
+        except PoolTimeout:
+            replica.failed(f"no connection within {CHECKOUT_S:g} s", down=True)
+        except psycopg.Error as exc:
+            replica.failed(exc, down=con is None or con.broken)
+        finally:
+            if con is not None and pool is not None:
+                pool.putconn(con)
+        return False, None
+
     def _checkout(self, pool: ConnectionPool, attempts: Attempts) -> psycopg.Connection[Any]:
         """A live pooled connection: the ones the server closed are dropped, not handed out."""
         while True:
@@ -300,6 +436,14 @@ class PostgresStore(_Operations):
             pool.putconn(con)
 
     def _run(self, make: Callable[[], Tx[T]], mode: Mode) -> T:
+        """Run a flow: a read of a call that only reads on the replica if there is one."""
+        if mode != "write" and self.replica is not None and replica_ok():
+            served, result = self._read_replica(make)
+            if served:
+                return result  # type: ignore[no-any-return]
+        return self._run_primary(make, mode)
+
+    def _run_primary(self, make: Callable[[], Tx[T]], mode: Mode) -> T:
         """Run a flow in a pooled connection, as often as :class:`Attempts` allows."""
         attempts = self.settings.attempts(mode, self.health)
         for _ in attempts:
@@ -309,6 +453,8 @@ class PostgresStore(_Operations):
                 con = self._checkout(pool, attempts)
                 try:
                     result = transaction(con, make(), attempts.begin)
+                    if attempts.write and self.replica is not None:
+                        self._note_write(con)
                 finally:
                     pool.putconn(con)
                 self.health.recovered()
@@ -318,6 +464,8 @@ class PostgresStore(_Operations):
                 status = commit_status(self.settings.url, lost.xid, attempts.deadline)
                 if attempts.lost(lost, status):
                     self.health.recovered()
+                    if self.replica is not None:
+                        self.replica.lost()
                     return lost.result  # type: ignore[no-any-return]
             except psycopg.Error as exc:
                 if attempts.failed(exc, con.broken if con else None) == "rebind":
@@ -418,11 +566,14 @@ class PostgresStore(_Operations):
                     con.execute("COMMIT")
 
     def close(self) -> None:
-        """Close the pool (the async one is closed by :meth:`AsyncPostgresStore.close`)."""
+        """Close the pools (the async ones are closed by :meth:`AsyncPostgresStore.close`)."""
         self._closed = True
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+        replica, self._replica_pool = self._replica_pool, None
+        if replica is not None:
+            replica.close()
         with self.flows.caches.lock:
             self.flows.caches.clear()
 
@@ -439,7 +590,9 @@ class AsyncPostgresStore(_Operations):
         """Wrap ``sync`` (its flows, caches and settings)."""
         self.sync = sync
         self.flows = sync.flows
+        self.replica = sync.replica
         self._pool: AsyncConnectionPool | None = None
+        self._replica_pool: AsyncConnectionPool | None = None
         self._lock: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -486,6 +639,107 @@ class AsyncPostgresStore(_Operations):
                     self._pool = pool
         return self._pool
 
+    async def replica_pool(self) -> AsyncConnectionPool:
+        """The read replica's asyncio pool (opened on first use; ``read_url`` only)."""
+        await self.pool()  # the same checks: open, and this event loop
+        assert self.replica is not None and self._lock is not None
+        if self._replica_pool is None:
+            async with self._lock:
+                if self._replica_pool is None:
+                    url = self.replica.url
+                    pool = AsyncConnectionPool(
+                        url,
+                        min_size=self.sync.settings.min_size,
+                        max_size=self.sync.settings.max_size,
+                        timeout=CHECKOUT_S,
+                        kwargs=self.sync.settings.connect_kwargs(url),
+                        configure=self._configure_replica,
+                        reconnect_timeout=_RECONNECT_S,
+                        name=f"engramdb-async-replica-{self.sync.schema}",
+                        open=False,
+                    )
+                    await pool.open()
+                    self._replica_pool = pool
+        return self._replica_pool
+
+    async def _configure_replica(self, con: psycopg.AsyncConnection[Any]) -> None:
+        self.sync.configure(con)
+        await con.execute(_SESSION)
+        assert self.replica is not None
+        self.replica.check(await aidentity(con))
+
+    async def _note_write(self, con: psycopg.AsyncConnection[Any]) -> None:
+        """See :meth:`PostgresStore._note_write`."""
+        assert self.replica is not None
+        try:
+            row = await (await con.execute(WRITTEN)).fetchone()
+        except psycopg.Error:
+            self.replica.lost()
+            return
+        self.replica.wrote(row[0] if row else None)
+
+    async def _probe(self) -> None:
+        """See :meth:`PostgresStore._probe`."""
+        assert self.replica is not None
+        url = self.replica.url
+        kwargs = self.sync.settings.connect_kwargs(url)
+        await (await psycopg.AsyncConnection.connect(url, **kwargs)).close()
+
+    async def _replica_checkout(self, pool: AsyncConnectionPool) -> psycopg.AsyncConnection[Any]:
+        """See :meth:`PostgresStore._replica_checkout`."""
+        assert self.replica is not None
+        probed = self.replica.down is not None
+        if probed:
+            await self._probe()
+        while True:
+            con = await pool.getconn()
+            if not await ais_stale(con):
+                return con
+            await con.close()
+            await pool.putconn(con)
+            if not probed:
+                await self._probe()
+                probed = True
+
+    async def _read_replica(self, make: Callable[[], Tx[T]]) -> tuple[bool, Any]:
+        """See :meth:`PostgresStore._read_replica`."""
+        replica = self.replica
+        assert replica is not None
+        if not replica.usable():
+            return False, None
+        if replica.unknown:
+            replica.wrote(await self._run_primary(written, "single"))
+        con: psycopg.AsyncConnection[Any] | None = None
+        pool: AsyncConnectionPool | None = None
+        try:
+            pool = await self.replica_pool()
+            con = await self._replica_checkout(pool)
+            if replica.wrong is not None:
+                replica.count(primary=1)
+                return False, None
+            target = replica.needed(con)
+            waited = await await_replay(replica, con, target) if target else 0.0
+            if waited is None:
+                replica.behind()
+                return False, None
+            reading = ReplicaRead(replica.at(con))
+            token = REPLICA_READ.set(reading)
+            try:
+                result = await atransaction(con, make(), READ)
+            finally:
+                REPLICA_READ.reset(token)
+            replica.replayed(con, reading.replayed)
+            replica.served(waited)
+            return True, result
+        except PoolTimeout:
+            replica.failed(f"no connection within {CHECKOUT_S:g} s", down=True)
+        except psycopg.Error as exc:
+            replica.failed(exc, down=con is None or con.broken)
+        finally:
+            if con is not None and pool is not None:
+                await pool.putconn(con)
+        return False, None
+
     async def _checkout(
         self, pool: AsyncConnectionPool, attempts: Attempts
     ) -> psycopg.AsyncConnection[Any]:
@@ -503,6 +757,14 @@ class AsyncPostgresStore(_Operations):
 
     async def _run(self, make: Callable[[], Tx[T]], mode: Mode) -> T:
         """See :meth:`PostgresStore._run`."""
+        if mode != "write" and self.replica is not None and replica_ok():
+            served, result = await self._read_replica(make)
+            if served:
+                return result  # type: ignore[no-any-return]
+        return await self._run_primary(make, mode)
+
+    async def _run_primary(self, make: Callable[[], Tx[T]], mode: Mode) -> T:
+        """See :meth:`PostgresStore._run_primary`."""
         health = self.sync.health
         attempts = self.sync.settings.attempts(mode, health)
         for _ in attempts:
@@ -512,6 +774,8 @@ class AsyncPostgresStore(_Operations):
                 con = await self._checkout(pool, attempts)
                 try:
                     result = await atransaction(con, make(), attempts.begin)
+                    if attempts.write and self.replica is not None:
+                        await self._note_write(con)
                 finally:
                     await pool.putconn(con)
                 health.recovered()
@@ -521,6 +785,8 @@ class AsyncPostgresStore(_Operations):
                 status = await acommit_status(url, lost.xid, attempts.deadline)
                 if attempts.lost(lost, status):
                     health.recovered()
+                    if self.replica is not None:
+                        self.replica.lost()
                     return lost.result  # type: ignore[no-any-return]
             except psycopg.Error as exc:
                 if attempts.failed(exc, con.broken if con else None) == "rebind":
@@ -600,8 +866,9 @@ class AsyncPostgresStore(_Operations):
                     await con.execute("COMMIT")
 
     async def close(self) -> None:
-        """Close the asyncio pool and the blocking store."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
+        """Close the asyncio pools and the blocking store."""
+        for pool in (self._pool, self._replica_pool):
+            if pool is not None:
+                await pool.close()
+        self._pool = self._replica_pool = None
         self.sync.close()
