@@ -44,6 +44,13 @@ def test_the_curve_is_strictly_increasing_and_bounded() -> None:
     ys = [logistic.apply(x) for x in xs]
     assert all(b > a for a, b in itertools.pairwise(ys) if 1e-12 < b < 1 - 1e-12)
     assert ScoreCalibration(center=1.0, width=0.001).apply(0.0) == 0.0  # exp overflow guarded
+    # From a config file: the logistic's terms alone pick it; a dumped config reads back equal.
+    from engramdb.search import FusionConfig
+
+    old = FusionConfig.model_validate({"calibration": {"center": 0.77, "width": 0.06}})
+    assert old.calibration is not None and old.calibration.knots == ()
+    dumped = json.loads(json.dumps(FusionConfig().model_dump()))
+    assert FusionConfig.model_validate(dumped) == FusionConfig()
 
 
 @pytest.mark.parametrize(
