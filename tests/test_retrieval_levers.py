@@ -602,7 +602,8 @@ def test_content_free_turns_no_longer_outrank_the_fact(
     request: pytest.FixtureRequest, backend: str, db_path: Path, embedder: LocalEmbedder
 ) -> None:
     query = "Where is Sofia employed?"
-    with _open(request, backend, db_path, embedder) as m:  # the defaults: off
+    alone = {"chatter_factor": 1.0}  # the informativeness prior measured on its own
+    with _open(request, backend, db_path, embedder, alone) as m:  # off
         m.add(
             [{"role": "user", "content": text, "name": who} for who, text in _CHAT],
             user_id="u",
@@ -614,7 +615,7 @@ def test_content_free_turns_no_longer_outrank_the_fact(
         assert not any("informative" in r["score_details"] for r in off)
         fact_rank = [r["memory"] for r in off].index(_CHAT[4][1])
         assert fact_rank >= 3
-    with _open(request, backend, db_path, embedder, {"informative_terms": 6}) as m:
+    with _open(request, backend, db_path, embedder, {**alone, "informative_terms": 6}) as m:
         on = m.search(query, user_id="u", top_k=6, explain=True)["results"]
         assert on[0]["memory"] == _CHAT[4][1], [r["memory"] for r in on]
         by_text = {r["memory"]: r["score_details"] for r in on}
@@ -623,6 +624,10 @@ def test_content_free_turns_no_longer_outrank_the_fact(
         assert by_text[_CHAT[4][1]]["informative"] == 1.0
         # The name of a speaker is not content: "sofia" does not count.
         assert by_text[_CHAT[2][1]]["informative"] == pytest.approx(5 / 6)
+    with _open(request, backend, db_path, embedder) as m:  # the defaults: small talk halved
+        found = [r["memory"] for r in m.search(query, user_id="u", top_k=6)["results"]]
+        assert found.index(_CHAT[4][1]) < fact_rank and found.index(_CHAT[4][1]) <= 1, found
+        assert found.index(_CHAT[1][1]) > found.index(_CHAT[4][1])
 
 
 def test_informative_factors_count_own_terms_without_speaker_names() -> None:
@@ -643,9 +648,9 @@ def test_informative_factors_count_own_terms_without_speaker_names() -> None:
     assert factors[1] == 1.0  # new flat porto balcony (+ hi?), "sofia" left out
     assert factors[2] == 0.0
     assert informative_factors(cands, 0) == [1.0, 1.0, 1.0]
-    plain = fuse(cands, FusionConfig())
+    plain = fuse(cands, FusionConfig(chatter_factor=1.0))
     assert plain[0].row.text == "Lol."
-    weighed = fuse(cands, FusionConfig(informative_terms=4))
+    weighed = fuse(cands, FusionConfig(chatter_factor=1.0, informative_terms=4))
     assert weighed[0].row.text.startswith("Hi Sofia")
     by_text = {h.row.text: h for h in plain}
     for hit in weighed:
