@@ -306,13 +306,12 @@ def test_entities_per_scope_admin_and_bound_key(
     after = _plain(client.get("/ui/entities", params={"user_id": "alice"}).text)
     assert "Porto" in after and "Lisbon" not in after
 
-    # Only the newest memories are read, and the page says so.
-    client.app.state.ui.entity_index.scan = 2  # type: ignore[attr-defined]
-    client.app.state.ui.entity_index.forget()  # type: ignore[attr-defined]
-    capped = _plain(client.get("/ui/entities", params={"user_id": "alice"}).text)
-    assert "in 2 memories (the newest 2)" in capped, capped
-    client.app.state.ui.entity_index.scan = 2000  # type: ignore[attr-defined]
-    client.app.state.ui.entity_index.forget()  # type: ignore[attr-defined]
+    # A change made elsewhere shows at once too: the page reads the store's links.
+    memory.delete(ids["Ana and I hike in Sintra every May"])
+    gone = _plain(client.get("/ui/entities", params={"user_id": "alice"}).text)
+    assert "Sintra" not in gone and "Ana" in gone
+    one = _plain(client.get("/ui/entity", params={"user_id": "alice", "name": "Ana"}).text)
+    assert "1 memory of user alice mentions it" in one  # a name as written finds the key
 
     # A bound key: its own scope; another scope's entities are refused or missing.
     _sign_in(client, alice)

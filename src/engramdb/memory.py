@@ -384,6 +384,103 @@ class Memory(BaseMemory):
         result: dict[str, Any] = self._read(self._ops.scope_counts())
         return result
 
+    def count(
+        self,
+        *,
+        filters: dict[str, Any] | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        show_expired: bool = False,
+        limit: int | None = None,
+    ) -> int:
+        """How many memories :meth:`get_all` would list with these arguments, counted by the store.
+
+        ``limit``: stop counting there (the answer is then ``limit``: that many
+        or more), so counting a huge scope reads at most ``limit`` rows. One
+        query, no memory read into Python; mem0 has no equivalent.
+        """
+        result: int = self._read(
+            self._ops.count(
+                filters=filters,
+                ids=scope_ids(user_id, agent_id, run_id),
+                show_expired=show_expired,
+                limit=limit,
+            )
+        )
+        return result
+
+    def entities(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        contains: str | None = None,
+        entity_type: str | None = None,
+        top_k: int = 50,
+        offset: int = 0,
+        newest: int = 0,
+        show_expired: bool = False,
+    ) -> dict[str, Any]:
+        """The entities the memories of a scope mention, most mentioned first.
+
+        The people, places, organisations, dates, numbers and things the store
+        found in each memory's text when it wrote it (rules, no model): what
+        links memories in search's entity channel. ``{"results": [...],
+        "total": n}``: each result ``{"key", "name", "type", "memory_count"}``
+        (``key`` the normalised name, ``memory_count`` the live memories of the
+        scope that mention it) and, with ``newest=n`` (up to 20), ``"newest"``:
+        the newest ``n`` of those memories, as :meth:`get_all` shows them;
+        ``total`` counts every entity that matches. ``contains`` keeps the
+        entities whose name contains it (any case), ``entity_type`` one of
+        ``PERSON``, ``PLACE``, ``ORG``, ``DATE``, ``NUMBER``, ``THING``; page
+        with ``top_k`` and ``offset``. A view (:meth:`scoped`) sees its own
+        scope's only. One aggregate query; mem0 has no equivalent.
+        """
+        result: dict[str, Any] = self._read(
+            self._ops.entities(
+                ids=scope_ids(user_id, agent_id, run_id),
+                contains=contains,
+                entity_type=entity_type,
+                top_k=top_k,
+                offset=offset,
+                newest=newest,
+                show_expired=show_expired,
+            )
+        )
+        return result
+
+    def entity_memories(
+        self,
+        entity: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        top_k: int = 50,
+        offset: int = 0,
+        show_expired: bool = False,
+    ) -> dict[str, Any]:
+        """The memories of a scope that mention one entity, newest stored first.
+
+        ``entity`` is a ``key`` :meth:`entities` lists, or a name as written
+        ("the Eiffel Tower" finds ``eiffel tower``). ``{"entity": {...} or
+        None, "results": [...]}``: the entity as :meth:`entities` lists it
+        (``None`` when no live memory of the scope mentions it) and one page
+        of its memories, as :meth:`get_all` shows them.
+        """
+        result: dict[str, Any] = self._read(
+            self._ops.entity_memories(
+                entity,
+                ids=scope_ids(user_id, agent_id, run_id),
+                top_k=top_k,
+                offset=offset,
+                show_expired=show_expired,
+            )
+        )
+        return result
+
     def failures(
         self,
         *,

@@ -287,6 +287,77 @@ class AsyncMemory(BaseMemory):
         result: dict[str, Any] = await self._read(self._ops.scope_counts())
         return result
 
+    async def count(
+        self,
+        *,
+        filters: dict[str, Any] | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        show_expired: bool = False,
+        limit: int | None = None,
+    ) -> int:
+        """See :meth:`Memory.count`."""
+        result: int = await self._read(
+            self._ops.count(
+                filters=filters,
+                ids=scope_ids(user_id, agent_id, run_id),
+                show_expired=show_expired,
+                limit=limit,
+            )
+        )
+        return result
+
+    async def entities(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        contains: str | None = None,
+        entity_type: str | None = None,
+        top_k: int = 50,
+        offset: int = 0,
+        newest: int = 0,
+        show_expired: bool = False,
+    ) -> dict[str, Any]:
+        """See :meth:`Memory.entities`."""
+        result: dict[str, Any] = await self._read(
+            self._ops.entities(
+                ids=scope_ids(user_id, agent_id, run_id),
+                contains=contains,
+                entity_type=entity_type,
+                top_k=top_k,
+                offset=offset,
+                newest=newest,
+                show_expired=show_expired,
+            )
+        )
+        return result
+
+    async def entity_memories(
+        self,
+        entity: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        top_k: int = 50,
+        offset: int = 0,
+        show_expired: bool = False,
+    ) -> dict[str, Any]:
+        """See :meth:`Memory.entity_memories`."""
+        result: dict[str, Any] = await self._read(
+            self._ops.entity_memories(
+                entity,
+                ids=scope_ids(user_id, agent_id, run_id),
+                top_k=top_k,
+                offset=offset,
+                show_expired=show_expired,
+            )
+        )
+        return result
+
     async def failures(
         self,
         *,

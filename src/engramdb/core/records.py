@@ -22,6 +22,7 @@ __all__ = [
     "AddOutcome",
     "Candidate",
     "EmbeddingSource",
+    "EntityCount",
     "EntityRef",
     "HistoryEvent",
     "Hit",
@@ -335,6 +336,27 @@ class ScopeCounts:
     runs: dict[str, int] = field(default_factory=dict)
     per_day: dict[str, int] = field(default_factory=dict)
     """Ordered by day."""
+
+
+@dataclass
+class EntityCount:
+    """An entity the memories of a scope mention (``Store.entities``).
+
+    The store keeps one entity per owner and normalised name; a scope that
+    spans owners (an agent that served several users) shows each name once.
+    """
+
+    key: str
+    """The normalised name (:func:`engramdb.nlp.entities.normalize_entity`): what links
+    memories."""
+    name: str
+    """The name as first written."""
+    type: str | None
+    """``PERSON``, ``PLACE``, ``ORG``, ``DATE``, ``NUMBER``, ``THING`` (or ``None``)."""
+    degree: int
+    """The scope's live memories (not deleted, not expired) that mention it."""
+    sample: list[MemoryRow] = field(default_factory=list)
+    """The newest of those memories, when asked for (``Store.entities(sample=n)``)."""
 
 
 @dataclass

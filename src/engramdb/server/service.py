@@ -44,7 +44,7 @@ class LimitExceededError(EngramError):
     """A request asks for more than the server's limits allow (HTTP 422)."""
 
 
-_OPERATION = {"get_all": "list", "scope_counts": "counts"}
+_OPERATION = {"get_all": "list", "scope_counts": "counts", "entity_memories": "entity"}
 """The activity log's name of a library call, where it differs."""
 _BY_ID = frozenset(
     {"get", "update", "delete", "restore", "history", "timeline", "source_messages"}
@@ -226,6 +226,78 @@ class MemoryService:
             top_k=k,
             offset=offset,
             show_expired=show_expired,
+        )
+        return result
+
+    async def count(
+        self,
+        caller: Caller,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        filters: dict[str, Any] | None = None,
+        show_expired: bool = False,
+        limit: int | None = None,
+    ) -> int:
+        """``Memory.count`` within the caller's scope: how many :meth:`list_memories` lists."""
+        activity.note("count")  # named even when the scope is refused
+        scope, rest = resolve_scope(caller, _ids(user_id, agent_id, run_id), filters)
+        result: int = await self._call(
+            caller, "count", **scope, filters=rest, show_expired=show_expired, limit=limit
+        )
+        return result
+
+    async def entities(
+        self,
+        caller: Caller,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        contains: str | None = None,
+        entity_type: str | None = None,
+        top_k: int | None = None,
+        offset: int = 0,
+        newest: int = 0,
+    ) -> dict[str, Any]:
+        """``Memory.entities`` within the caller's scope (``top_k`` default 50, capped)."""
+        k = self._top_k(top_k, 50)
+        activity.note("entities")  # named even when the scope is refused
+        scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id))
+        result: dict[str, Any] = await self._call(
+            caller,
+            "entities",
+            **scope,
+            contains=contains,
+            entity_type=entity_type,
+            top_k=k,
+            offset=offset,
+            newest=newest,
+        )
+        return result
+
+    async def entity_memories(
+        self,
+        caller: Caller,
+        entity: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        top_k: int | None = None,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        """``Memory.entity_memories`` within the caller's scope (``top_k`` default 50, capped)."""
+        k = self._top_k(top_k, 50)
+        if offset > self.limits.max_offset:
+            raise LimitExceededError(
+                f"offset is {offset}; this server pages at most {self.limits.max_offset} deep"
+            )
+        activity.note("entity")  # named even when the scope is refused
+        scope, _ = resolve_scope(caller, _ids(user_id, agent_id, run_id))
+        result: dict[str, Any] = await self._call(
+            caller, "entity_memories", entity, **scope, top_k=k, offset=offset
         )
         return result
 

@@ -56,6 +56,7 @@ from engramdb.errors import (
     MemoryNotFoundError,
     ValidationError,
 )
+from engramdb.flows.browse import ENTITY_TYPES
 from engramdb.memory import AsyncMemory, Memory
 from engramdb.nlp.terms import index_terms, query_terms
 from engramdb.server import activity as activity_log
@@ -64,7 +65,6 @@ from engramdb.server.errors import describe_error, error_headers
 from engramdb.server.keys import KeyStore, NewKey
 from engramdb.server.service import MemoryService, ServerLimits
 from engramdb.server.tenancy import SCOPE_KINDS, Caller, ScopeForbiddenError
-from engramdb.server.ui_entities import ENTITY_TYPES, EntityIndex
 
 __all__ = ["UI_ACTOR", "UiSessions", "install_ui"]
 
@@ -101,6 +101,8 @@ ACTIVITY_PAGE = 50
 """Rows of the activity log a page shows."""
 ENTITY_PAGE = 50
 """Entities (or an entity's memories) a page shows."""
+ENTITY_NEWEST = 3
+"""Memories the entities page shows under each entity."""
 _ACTIONS = {
     "signin": "sign_in",
     "signout": "sign_out",
@@ -425,10 +427,6 @@ class _UI:
         self.service = MemoryService(memory.acting_as(UI_ACTOR), limits)
         self.keys = keys
         self.activity = activity if activity is not None else ActivityLog()
-        self.entity_index = EntityIndex()
-        self.entity_service = MemoryService(
-            memory.acting_as(UI_ACTOR), self.entity_index.limits(self.service.limits)
-        )
         self.sessions = UiSessions()
         self._catalogs: dict[tuple[tuple[str, str], ...], tuple[float, dict[str, Any]]] = {}
         self._refreshing: set[tuple[tuple[str, str], ...]] = set()
@@ -607,7 +605,6 @@ class _UI:
 
     def _forget_catalog(self) -> None:
         self._catalogs.clear()
-        self.entity_index.forget()
 
     # -- pages --
 
@@ -781,10 +778,18 @@ class _UI:
                 else:
                     data["total"] = _catalog_total(cat, shown) if not filters else None
                     if data["total"] is None:
-                        rows, capped = await self._rows(
-                            ctx, scopes, filters, show_expired, COUNT_LIMIT
+                        # One bounded count in the store: no memory read into Python.
+                        counted = await self.service.count(
+                            ctx.caller,
+                            user_id=scope["user_id"],
+                            agent_id=scope["agent_id"],
+                            run_id=scope["run_id"],
+                            filters=filters,
+                            show_expired=show_expired,
+                            limit=COUNT_LIMIT + 1,
                         )
-                        data["total"], data["total_capped"] = len(rows), capped
+                        data["total"] = min(counted, COUNT_LIMIT)
+                        data["total_capped"] = counted > COUNT_LIMIT
         except EngramError as exc:
             status, body = describe_error(exc)
             if status in (403, 503):
@@ -1266,48 +1271,59 @@ class _UI:
 
     # -- entities --
 
-    async def _entities_of(self, ctx: _Ctx) -> tuple[dict[str, str | None], Any]:
-        """The scope shown and its entities (``None`` before a scope is picked)."""
-        shown = self._effective(ctx, self._scope(ctx.request))
-        if not any(shown.values()):
-            return shown, None
-        return shown, await self.entity_index.of(self.entity_service, ctx.caller, shown)
+    def _page_of(self, ctx: _Ctx) -> int:
+        try:
+            return max(1, int(ctx.request.query_params.get("page", "1")))
+        except ValueError:
+            return 1
 
     async def entities_page(self, ctx: _Ctx) -> Response:
-        """A scope's entities, most mentioned first, each with its newest memories."""
+        """A scope's entities, most mentioned first, each with its newest memories.
+
+        One aggregate read of the store per page (``Memory.entities``: the
+        links the store wrote, counted over the scope's live memories), as
+        the caller may see them: always current, nothing cached.
+        """
         params = ctx.request.query_params
         text = (params.get("q") or "").strip()
         kind = params.get("type") if params.get("type") in ENTITY_TYPES else ""
-        try:
-            page = max(1, int(params.get("page", "1")))
-        except ValueError:
-            page = 1
-        shown, found = await self._entities_of(ctx)
+        page = self._page_of(ctx)
+        shown = self._effective(ctx, self._scope(ctx.request))
         values: dict[str, Any] = {
             "scope": shown,
             "q": text,
             "type": kind,
             "types": ENTITY_TYPES,
-            "found": found,
-            "scan": self.entity_index.scan,
+            "found": None,
             "page": page,
             "scope_query": _query(shown),
         }
-        if found is None:
+        if not any(shown.values()):
             values["cat"] = await self.catalog(ctx.caller)
             return self._render(ctx, "entities.html", nav="entities", **values)
-        wanted = found.entities
-        if text:
-            folded = text.casefold()
-            wanted = [e for e in wanted if folded in e["name"].casefold() or folded in e["key"]]
-        if kind:
-            wanted = [e for e in wanted if e["type"] == kind]
-        last = max(1, -(-len(wanted) // ENTITY_PAGE))
-        page = min(page, last)
+
+        async def read(page: int) -> dict[str, Any]:
+            found: dict[str, Any] = await self.service.entities(
+                ctx.caller,
+                **shown,
+                contains=text or None,
+                entity_type=kind or None,
+                top_k=ENTITY_PAGE,
+                offset=(page - 1) * ENTITY_PAGE,
+                newest=ENTITY_NEWEST,
+            )
+            return found
+
+        found = await read(page)
+        last = max(1, -(-found["total"] // ENTITY_PAGE))
+        if page > last:
+            page = last
+            found = await read(page)
         values.update(
+            found=found,
             page=page,
-            total=len(wanted),
-            shown=wanted[(page - 1) * ENTITY_PAGE : page * ENTITY_PAGE],
+            total=found["total"],
+            shown=found["results"],
             pages=page_numbers(page, last),
             last_page=last,
             query_base=_query({**shown, "q": text, "type": kind}),
@@ -1315,15 +1331,16 @@ class _UI:
         return self._render(ctx, "entities.html", nav="entities", **values)
 
     async def entity_page(self, ctx: _Ctx) -> Response:
-        """One entity of a scope and every memory (of those read) that mentions it."""
-        params = ctx.request.query_params
-        name = (params.get("name") or "").strip()
-        try:
-            page = max(1, int(params.get("page", "1")))
-        except ValueError:
-            page = 1
-        shown, found = await self._entities_of(ctx)
-        entity = found.by_key.get(name) if found is not None else None
+        """One entity of a scope and the memories that mention it, newest first."""
+        name = (ctx.request.query_params.get("name") or "").strip()
+        page = self._page_of(ctx)
+        shown = self._effective(ctx, self._scope(ctx.request))
+        found: dict[str, Any] = {"entity": None, "results": []}
+        if name and any(shown.values()):
+            found = await self.service.entity_memories(
+                ctx.caller, name, **shown, top_k=ENTITY_PAGE, offset=(page - 1) * ENTITY_PAGE
+            )
+        entity = found["entity"]
         if entity is None:
             return self._render(
                 ctx,
@@ -1335,10 +1352,12 @@ class _UI:
                     "renamed or deleted, or the link is mistyped."
                 ),
             )
-        ids = entity["ids"]
-        last = max(1, -(-len(ids) // ENTITY_PAGE))
-        page = min(page, last)
-        memories = [found.memories[i] for i in ids[(page - 1) * ENTITY_PAGE : page * ENTITY_PAGE]]
+        last = max(1, -(-entity["memory_count"] // ENTITY_PAGE))
+        if page > last:
+            page = last
+            found = await self.service.entity_memories(
+                ctx.caller, name, **shown, top_k=ENTITY_PAGE, offset=(page - 1) * ENTITY_PAGE
+            )
         return self._render(
             ctx,
             "entity.html",
@@ -1346,14 +1365,12 @@ class _UI:
             scope=shown,
             scope_query=_query(shown),
             scope_label=_scope_label(shown),
-            entity=entity,
-            memories=memories,
+            entity=found["entity"] or entity,
+            memories=found["results"],
             page=page,
             pages=page_numbers(page, last),
             last_page=last,
             query_base=_query({**shown, "name": name}),
-            found=found,
-            scan=self.entity_index.scan,
         )
 
     # -- API keys (an admin key only) --

@@ -21,6 +21,7 @@ from engramdb.core.records import (
     AddOutcome,
     Candidate,
     EmbeddingSource,
+    EntityCount,
     EntityRef,
     HistoryEvent,
     Keep,
@@ -41,6 +42,7 @@ __all__ = [
     "AsyncStore",
     "Candidate",
     "EmbeddingSource",
+    "EntityCount",
     "EntityRef",
     "HistoryEvent",
     "Keep",
@@ -210,6 +212,64 @@ class Store(Protocol):
         include_expired: bool = False,
     ) -> list[MemoryRow]:
         """Live memories of a scope, newest first (ties by insertion order)."""
+        ...
+
+    def count_memories(
+        self,
+        scope: Scope,
+        where: Node | None,
+        *,
+        limit: int | None = None,
+        include_expired: bool = False,
+    ) -> int:
+        """How many memories :meth:`list_memories` would list with no limit.
+
+        ``limit``: stop counting there (the answer is then ``limit``: that many
+        or more), so a count of a huge scope costs no more than ``limit`` rows.
+        """
+        ...
+
+    def entities(
+        self,
+        scope: Scope,
+        *,
+        limit: int,
+        offset: int = 0,
+        entity_type: str | None = None,
+        contains: str | None = None,
+        sample: int = 0,
+        include_expired: bool = False,
+    ) -> tuple[list[EntityCount], int]:
+        """The entities the scope's live memories mention, and how many there are.
+
+        The memories are those :meth:`list_memories` lists (deleted ones never,
+        expired ones only with ``include_expired``); each entity once per
+        normalised name (``key``), with ``degree`` the number of those memories
+        that mention it. Most mentioned first, then by key; ``limit`` and
+        ``offset`` page through them, and the count is of every entity that
+        matches. ``entity_type`` keeps one type, ``contains`` the entities
+        whose key or lower-cased name contains it (pass it case-folded).
+        ``sample``: also the newest ``sample`` memories of each entity listed
+        (in :attr:`EntityCount.sample`, as :meth:`entity_memories` orders them).
+        """
+        ...
+
+    def entity_memories(
+        self,
+        scope: Scope,
+        key: str,
+        *,
+        limit: int,
+        offset: int = 0,
+        include_expired: bool = False,
+    ) -> tuple[EntityCount | None, list[MemoryRow]]:
+        """The entity ``key`` in the scope, and a page of its memories, newest stored first.
+
+        The entity as :meth:`entities` counts it (``None``, and no memories,
+        when no live memory of the scope mentions it); its memories in the
+        store's insertion order, newest first (the order of ``created_at`` for
+        memories added, not imported).
+        """
         ...
 
     def vector_search(
@@ -498,6 +558,43 @@ class AsyncStore(Protocol):
         include_expired: bool = False,
     ) -> list[MemoryRow]:
         """See :meth:`Store.list_memories`."""
+        ...
+
+    async def count_memories(
+        self,
+        scope: Scope,
+        where: Node | None,
+        *,
+        limit: int | None = None,
+        include_expired: bool = False,
+    ) -> int:
+        """See :meth:`Store.count_memories`."""
+        ...
+
+    async def entities(
+        self,
+        scope: Scope,
+        *,
+        limit: int,
+        offset: int = 0,
+        entity_type: str | None = None,
+        contains: str | None = None,
+        sample: int = 0,
+        include_expired: bool = False,
+    ) -> tuple[list[EntityCount], int]:
+        """See :meth:`Store.entities`."""
+        ...
+
+    async def entity_memories(
+        self,
+        scope: Scope,
+        key: str,
+        *,
+        limit: int,
+        offset: int = 0,
+        include_expired: bool = False,
+    ) -> tuple[EntityCount | None, list[MemoryRow]]:
+        """See :meth:`Store.entity_memories`."""
         ...
 
     async def vector_search(

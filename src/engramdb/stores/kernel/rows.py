@@ -202,19 +202,23 @@ def scope_counts(rows: Iterable[Sequence[Any]]) -> ScopeCounts:
     """The rows of :func:`~engramdb.stores.kernel.sql.scope_counts_query` as a record."""
     out = ScopeCounts()
     per_day: dict[str, int] = {}
-    tables = {1: out.users, 2: out.agents, 3: out.runs}
-    for tag, state, key, n in rows:
-        count = int(n)
-        if int(tag) == 0:
-            per_day[str(key)] = per_day.get(str(key), 0) + count
-            if state == 0:
-                out.live += count
-            elif state == 1:
-                out.expired += count
-            else:
-                out.deleted += count
+
+    def bump(target: dict[str, int], key: Any, n: int) -> None:
+        if key is not None and n:
+            target[str(key)] = target.get(str(key), 0) + n
+
+    for tag, a, b, c, n0, n1, n2 in rows:
+        live, tag = int(n0), int(tag)
+        if tag == 0:
+            out.live += live
+            out.expired += int(n1)
+            out.deleted += int(n2)
+            bump(out.users, a, live)
+            bump(out.agents, b, live)
+            bump(out.runs, c, live)
+        elif tag == 1:
+            bump(per_day, a, live)
         else:
-            target = tables[int(tag)]
-            target[str(key)] = target.get(str(key), 0) + count
+            bump(out.agents if a == "agent_id" else out.runs, b, live)
     out.per_day = dict(sorted(per_day.items()))
     return out

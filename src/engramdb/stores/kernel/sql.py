@@ -36,10 +36,22 @@ class Dialect:
     """The literal for an always-true condition."""
     off_index: str
     """A prefix that keeps the planner off a column's index ('' where none is needed)."""
+    find: str = "instr({text}, {part}) > 0"
+    """A condition: ``{text}`` contains ``{part}`` (both SQL expressions)."""
+    by_rowid: str = ""
+    """After a table's alias: read that table by row id only, as a join's inner side."""
+    binary: str = ""
+    """After a text expression in ORDER BY: order by bytes, whatever the database's collation."""
 
 
-SQLITE = Dialect(mark="?", true="1", off_index="+")
-POSTGRES = Dialect(mark="%s", true="TRUE", off_index="")
+SQLITE = Dialect(mark="?", true="1", off_index="+", by_rowid=" NOT INDEXED")
+POSTGRES = Dialect(
+    mark="%s",
+    true="TRUE",
+    off_index="",
+    find="strpos({text}, {part}) > 0",
+    binary=' COLLATE "C"',
+)
 
 
 def live_clause(d: Dialect, *, include_expired: bool = False) -> str:
@@ -84,37 +96,52 @@ def scope_counts_query(
     now: Any,
     *,
     day: str,
+    days: tuple[str, Sequence[Any]] | None = None,
 ) -> tuple[str, list[Any]]:
     """One statement counting the memories matching ``scope_sql`` (over alias ``m``).
 
-    Rows are ``(tag, state, key, count)``: tag 0 counts every memory by
-    ``state`` (0 live, 1 expired at ``now``, 2 deleted) and ``key`` = the
-    ``day`` expression of ``created_at``; tags 1, 2 and 3 count live memories
-    per user, agent and run (``state`` NULL), an agent or a run counting its
-    own rows and the rows it is attached to as a session.
-    :func:`~engramdb.stores.kernel.rows.scope_counts` reads them. ``table``
-    names a table of the store (schema-qualified on PostgreSQL).
+    Rows are ``(tag, a, b, c, n0, n1, n2)``, three reads of the scope:
+
+    - tag 0, one row per ``(user_id, agent_id, run_id)`` = ``(a, b, c)``: its
+      live memories ``n0``, expired at ``now`` ``n1``, deleted ``n2``;
+    - tag 1, one row per ``day`` expression of ``created_at`` = ``a``: every
+      memory added that day ``n0``;
+    - tag 2, one row per session attached to a live memory other than its own,
+      ``(kind, value)`` = ``(a, b)``: how many ``n0``.
+
+    The first groups by the columns an index of the store can give in order
+    (SQLite's ``memories_tally`` covers it: no sort, no row read), where one
+    group per id and state would sort every memory of the scope. Only the
+    days are sorted, unless ``days`` gives a statement (and its parameters)
+    with the rows of tag 1 that a backend can read without a sort.
+    :func:`~engramdb.stores.kernel.rows.scope_counts` folds the rows;
+    ``table`` names a table of the store (schema-qualified on PostgreSQL).
     """
     live = live_clause(d)
     memories, attached = table("memories"), table("memory_scope")
-    one = [now, *scope_params]
-    parts = [
-        f"SELECT 0, CASE WHEN m.deleted_at IS NOT NULL THEN 2 WHEN m.expires_at IS NOT NULL "
-        f"AND m.expires_at <= {d.mark} THEN 1 ELSE 0 END, {day}, count(*) FROM {memories} m "
-        f"WHERE {scope_sql} GROUP BY 2, 3",
-        f"SELECT 1, NULL, m.user_id, count(*) FROM {memories} m WHERE {live} AND {scope_sql} "
-        "AND m.user_id IS NOT NULL GROUP BY m.user_id",
-    ]
-    params = [*one, *one]
-    for tag, kind in ((2, "agent_id"), (3, "run_id")):
-        parts.append(
-            f"SELECT {tag}, NULL, x.v, count(*) FROM (SELECT m.{kind} AS v FROM {memories} m "
-            f"WHERE {live} AND {scope_sql} AND m.{kind} IS NOT NULL UNION ALL SELECT a.value "
-            f"FROM {attached} a JOIN {memories} m ON m.rowid = a.memory_rowid WHERE "
-            f"a.kind = '{kind}' AND (m.{kind} IS NULL OR a.value <> m.{kind}) AND {live} "
-            f"AND {scope_sql}) x GROUP BY x.v"
+    expired = f"m.expires_at IS NOT NULL AND m.expires_at <= {d.mark}"
+    ids = (
+        f"SELECT 0, m.user_id, m.agent_id, m.run_id, "
+        f"sum(CASE WHEN m.deleted_at IS NULL AND NOT ({expired}) THEN 1 ELSE 0 END), "
+        f"sum(CASE WHEN m.deleted_at IS NULL AND {expired} THEN 1 ELSE 0 END), "
+        "sum(CASE WHEN m.deleted_at IS NOT NULL THEN 1 ELSE 0 END) "
+        f"FROM {memories} m WHERE {scope_sql} GROUP BY m.user_id, m.agent_id, m.run_id"
+    )
+    if days is None:
+        days = (
+            f"SELECT 1, {day}, NULL, NULL, count(*), 0, 0 FROM {memories} m WHERE {scope_sql} "
+            f"GROUP BY {day}",
+            scope_params,
         )
-        params += [*one, *one]
+    parts = [ids, days[0]]
+    params = [now, now, *scope_params, *days[1]]
+    for kind in ("agent_id", "run_id"):
+        parts.append(
+            f"SELECT 2, a.kind, a.value, NULL, count(*), 0, 0 FROM {attached} a JOIN {memories} m "
+            f"ON m.rowid = a.memory_rowid WHERE a.kind = '{kind}' AND (m.{kind} IS NULL OR "
+            f"a.value <> m.{kind}) AND {live} AND {scope_sql} GROUP BY a.kind, a.value"
+        )
+        params += [now, *scope_params]
     return " UNION ALL ".join(parts), params
 
 

@@ -50,6 +50,7 @@ from engramdb.stores.postgres._driver import (
     transaction,
     translate,
 )
+from engramdb.stores.postgres._entities import _EntityFlows
 from engramdb.stores.postgres._entity_hop import _EntityHopFlows
 from engramdb.stores.postgres._neighbours import _NeighbourFlows
 from engramdb.stores.postgres._reads import _ReadFlows
@@ -96,7 +97,7 @@ soon as the server accepts connections."""
 _CANNOT_CONNECT = "no new connection could be made: the server refuses or does not answer"
 
 
-class _Flows(_WriteFlows, _NeighbourFlows, _EntityHopFlows, _ReadFlows):
+class _Flows(_WriteFlows, _NeighbourFlows, _EntityHopFlows, _EntityFlows, _ReadFlows):
     """Every store operation as a transaction flow, plus the state the flows share.
 
     Holds no connection: both faces drive these flows and share one instance
@@ -166,6 +167,9 @@ class _Operations:
     existing_hashes = _Op(_Flows.existing_hashes, "single")
     get = _Op(_Flows.get, "single")
     list_memories = _Op(_Flows.list_memories, "single")
+    count_memories = _Op(_Flows.count_memories, "single")
+    entities = _Op(_Flows.entities, "read")
+    entity_memories = _Op(_Flows.entity_memories, "read")
     vector_search = _Op(_Flows.vector_search, "read")
     candidates = _Op(_Flows.candidates, "read")
     neighbours = _Op(_Flows.neighbours, "read")

@@ -194,7 +194,16 @@ UPDATE {s}.history h SET
 FROM {s}.memories m WHERE m.id = h.memory_id;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# Version 4: an entity's links in the order of its memories, so that its newest
+# memories (Store.entity_memories, the samples of Store.entities) are an index
+# read that stops at the page, not a sort of every memory that mentions it.
+# It serves every lookup by entity the index it replaces served.
+_V4 = """
+CREATE INDEX memory_entities_entity_memory ON {s}.memory_entities (entity_rowid, memory_rowid);
+DROP INDEX {s}.memory_entities_entity;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 """``MIGRATIONS[i]`` takes a schema from version ``i`` to ``i + 1``."""
 
 LATEST = len(MIGRATIONS)

@@ -16,12 +16,13 @@ reading only the rows changed since it last looked; a purge or reset bumps
 The store is one class assembled from its parts: ``_base`` (connections,
 transactions, schema, binding, rows), ``_writes``, ``_erasure``, ``_reads``
 (by id, lists, counts, messages, export), ``_search`` (the search and its
-caches), ``_neighbours`` and ``_entity_hop``; the logic both backends share
-lives in :mod:`engramdb.stores.kernel`.
+caches), ``_neighbours``, ``_entity_hop`` and ``_entities`` (a scope's
+entities); the logic both backends share lives in :mod:`engramdb.stores.kernel`.
 """
 
 from __future__ import annotations
 
+from engramdb.stores.sqlite._entities import _Entities
 from engramdb.stores.sqlite._entity_hop import _EntityHop
 from engramdb.stores.sqlite._erasure import _Erasure
 from engramdb.stores.sqlite._neighbours import _Neighbours
@@ -32,7 +33,7 @@ from engramdb.stores.sqlite._writes import _Writes
 __all__ = ["SQLiteStore"]
 
 
-class SQLiteStore(_Writes, _Erasure, _Neighbours, _EntityHop, _Reads, _Search):
+class SQLiteStore(_Writes, _Erasure, _Neighbours, _EntityHop, _Entities, _Reads, _Search):
     """A :class:`~engramdb.stores.base.Store` on one SQLite file.
 
     Args:

@@ -23,6 +23,23 @@ def _table(name: str) -> str:
     return name
 
 
+_NEXT = "char(1114111)"
+"""After a prefix: above every text that starts with it (U+10FFFF sorts last in UTF-8)."""
+_USER_DAYS = (
+    "SELECT * FROM (WITH RECURSIVE days(d) AS (SELECT substr((SELECT min(m.created_at) FROM "
+    "memories m WHERE m.user_id = ?), 1, 10) UNION ALL SELECT substr((SELECT min(m.created_at) "
+    f"FROM memories m WHERE m.user_id = ? AND m.created_at >= days.d || {_NEXT}), 1, 10) "
+    "FROM days WHERE days.d IS NOT NULL) SELECT 1, d, NULL, NULL, (SELECT count(*) FROM "
+    f"memories m WHERE m.user_id = ? AND m.created_at >= d AND m.created_at < d || {_NEXT}), "
+    "0, 0 FROM days WHERE d IS NOT NULL)"
+)
+"""The memories of one user per day (tag 1 of ``scope_counts_query``) without a sort.
+
+The index ``(user_id, created_at)`` walked a day at a time: the first memory
+at or after the end of the day before, then the day's rows counted in the
+index. Two seeks per day instead of a sort of every memory of the user."""
+
+
 class _Reads(_Store):
     """Reads by id and by scope that go to the file: no cache is involved."""
 
@@ -92,8 +109,15 @@ class _Reads(_Store):
     def scope_counts(self, visible: Scope | None = None) -> ScopeCounts:
         """Memories ``visible`` sees (``None``: all), counted per state, id and day."""
         scope_sql, scope_params = _scope_clause(visible) if visible is not None else ("1", [])
+        user = visible.user_id if visible is not None and len(visible.items()) == 1 else None
         sql, params = scope_counts_query(
-            SQLITE, _table, scope_sql, scope_params, utc_now(), day="substr(m.created_at, 1, 10)"
+            SQLITE,
+            _table,
+            scope_sql,
+            scope_params,
+            utc_now(),
+            day="substr(m.created_at, 1, 10)",
+            days=(_USER_DAYS, [user] * 3) if user is not None else None,
         )
         with self._read() as con:
             return scope_counts(con.execute(sql, params).fetchall())
@@ -132,6 +156,23 @@ class _Reads(_Store):
                 [*params, limit, offset],
             ).fetchall()
             return self._hydrate(con, rows)
+
+    def count_memories(
+        self,
+        scope: Scope,
+        where: Node | None,
+        *,
+        limit: int | None = None,
+        include_expired: bool = False,
+    ) -> int:
+        """How many memories :meth:`list_memories` would list, counted up to ``limit``."""
+        sql, params = self._where(scope, where, include_expired)
+        with self._read() as con:
+            row = con.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM memories m WHERE {sql} LIMIT ?)",
+                [*params, -1 if limit is None else max(0, limit)],
+            ).fetchone()
+        return int(row[0])
 
     def visible_ids(self, scope: Scope, memory_ids: Sequence[str]) -> set[str]:
         """Which of ``memory_ids`` are memories ``scope`` sees (deleted ones included)."""

@@ -195,7 +195,16 @@ UPDATE history SET
         THEN (SELECT m.expires_at FROM memories m WHERE m.id = history.memory_id) END;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+# Version 4: an index the scope counts read alone (Store.scope_counts: live,
+# expired and deleted memories per user, agent and run, grouped in the index's
+# order, with no sort and no read of the rows) and the entities page drives
+# from (the live memories of a user).
+_V4 = """
+CREATE INDEX memories_tally ON memories(user_id, agent_id, run_id, created_at, deleted_at,
+    expires_at);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 """``MIGRATIONS[i]`` takes a file from version ``i`` to ``i + 1``."""
 
 LATEST = len(MIGRATIONS)
