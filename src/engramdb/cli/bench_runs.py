@@ -356,7 +356,7 @@ def bench_ui(
     ] = None,
     json_out: JsonOut = False,
 ) -> None:
-    """The web UI's page times (p50/p95, server side) over a scope of N memories; target 300 ms."""
+    """The web UI's page times (p50/p95, server side) over a scope of N memories; target 100 ms."""
     with _benchmarks():
         from engramdb_bench import ui as bench
 
