@@ -29,7 +29,7 @@ from engramdb.core.bm25 import BM25Index
 from engramdb.errors import ConfigError
 from engramdb.stores import make_store
 from engramdb.stores.kernel.caches import DEFAULT_CACHE_BYTES, ScopeCache, ScopeCaches
-from engramdb_bench.tenants import FastEmbedder
+from engramdb_bench._hash_embedder import HashEmbedder as FastEmbedder
 
 BACKENDS = ("sqlite", "postgres")
 QUERIES = ("what does the user enjoy on weekends?", "which city did they visit with tea?")

@@ -33,9 +33,9 @@ from engramdb.server import create_app
 from engramdb.stores.postgres import PostgresStore
 from engramdb.stores.postgres._driver import READ, Attempts, Health, transaction
 from engramdb.stores.postgres._sql import _Q, Tx
+from engramdb_bench._hash_embedder import HashEmbedder
 from engramdb_bench._pg import PgServer, start
 from engramdb_bench._serving import live
-from engramdb_bench.pg_restart import HashEmbedder
 
 PATIENCE = 1.5
 """The stores' unavailable_timeout here: short, so the outage tests stay fast."""

@@ -25,7 +25,7 @@ from engramdb.stores import Store
 from engramdb.stores.base import EntityCount, Scope
 from engramdb.stores.postgres import PostgresStore
 from engramdb.stores.sqlite import SQLiteStore
-from engramdb_bench.ui import HashEmbedder
+from engramdb_bench._hash_embedder import HashEmbedder
 from test_store_contract import U, new, store, vec  # noqa: F401
 
 PAST = "2001-01-01T00:00:00.000000+00:00"

@@ -6,7 +6,8 @@ Run::
         [--store postgresql://...] [--cache-bytes N] [--out FILE.json]
 
 or call :func:`run`. One process, one :class:`~engramdb.Memory`, and a fake
-embedder (:class:`FastEmbedder`: a vector from a hash of the text, no model),
+embedder (:class:`~engramdb_bench._hash_embedder.HashEmbedder`: a vector from a
+hash of the text, no model),
 so what grows is the store and its caches, not a model. For each of
 ``tenants`` users it adds ``memories`` short notes in one call
 (``infer=False``), then searches twice: a cold search (the first of that
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import json
 import os
 import statistics
@@ -36,14 +36,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-import numpy as np
-import numpy.typing as npt
-
 from engramdb.memory import Memory
+from engramdb_bench._hash_embedder import HashEmbedder
 from engramdb_bench._machine import machine, machine_line
 from engramdb_bench._pg import PgUnavailable
 
-__all__ = ["FastEmbedder", "PgUnavailable", "format_report", "main", "run"]
+__all__ = ["PgUnavailable", "format_report", "main", "run"]
 
 Echo = Callable[[str], None]
 
@@ -56,42 +54,6 @@ _QUERIES: Final = (
     "what does the user enjoy on weekends?",
     "which city did they talk about?",
 )
-
-
-class FastEmbedder:
-    """BENCHMARK ONLY: a unit vector drawn from a hash of the text (no model, no meaning)."""
-
-    def __init__(self, dim: int = 384) -> None:
-        """Vectors of ``dim`` floats (384: the local model's width, so vectors weigh the same)."""
-        self._dim = dim
-
-    @property
-    def model(self) -> str:
-        """Not a real model's name: a store filled with it opens with it only."""
-        return f"bench-fast-{self._dim}"
-
-    @property
-    def dim(self) -> int:
-        """Length of every vector."""
-        return self._dim
-
-    def _one(self, text: str) -> npt.NDArray[np.float32]:
-        seed = int.from_bytes(
-            hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little"
-        )
-        vec = np.random.default_rng(seed).standard_normal(self._dim).astype(np.float32)
-        out: npt.NDArray[np.float32] = vec / np.float32(np.linalg.norm(vec))
-        return out
-
-    def embed_documents(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        """One vector per text."""
-        if not texts:
-            return np.empty((0, self._dim), dtype=np.float32)
-        return np.stack([self._one(t) for t in texts])
-
-    def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        """The vector of the query text."""
-        return self._one(text)
 
 
 def _note(tenant: int, i: int) -> str:
@@ -196,7 +158,7 @@ def run(
     all_warm: list[float] = []
     with tempfile.TemporaryDirectory(prefix="engram-tenants-") as tmp:
         vector_store = _store_config(store, Path(tmp), cache_bytes)
-        mem = Memory(config={"vector_store": vector_store}, embedder=FastEmbedder(dim))
+        mem = Memory(config={"vector_store": vector_store}, embedder=HashEmbedder(dim))
         try:
             gc.collect()
             rss_start = _rss()

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import hashlib
 import json
 import os
 import re
@@ -49,16 +48,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
-import numpy.typing as npt
 
 from engramdb.memory import AsyncMemory
 from engramdb.server import KeyStore, create_app
 from engramdb.server.activity import ActivityLog, Entry
 from engramdb.server.runner import freeze_startup_heap
+from engramdb_bench._hash_embedder import HashEmbedder
 from engramdb_bench._machine import machine, machine_line
 
-__all__ = ["TARGET_MS", "GcClock", "HashEmbedder", "format_report", "run"]
+__all__ = ["TARGET_MS", "GcClock", "format_report", "run"]
 
 TARGET_MS = 100.0
 """Each page's p95, server side, should stay under this (issue 30)."""
@@ -67,40 +65,6 @@ _TOPICS = (
     "coffee", "tea", "hiking", "Python", "Rust", "Paris", "Tokyo", "cats", "dogs", "jazz",
     "cycling", "chess", "sushi", "running", "Lisbon", "piano", "gardening", "football",
 )  # fmt: skip
-
-
-class HashEmbedder:
-    """BENCHMARK ONLY: a unit vector drawn from a hash of the text (no model, no meaning)."""
-
-    def __init__(self, dim: int = 64) -> None:
-        """Vectors of ``dim`` floats."""
-        self._dim = dim
-
-    @property
-    def model(self) -> str:
-        """Not a real model's name: a store filled with it opens with it only."""
-        return f"bench-hash-{self._dim}"
-
-    @property
-    def dim(self) -> int:
-        """Length of every vector."""
-        return self._dim
-
-    def _one(self, text: str) -> npt.NDArray[np.float32]:
-        seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
-        vec = np.random.default_rng(seed).standard_normal(self._dim).astype(np.float32)
-        out: npt.NDArray[np.float32] = vec / np.float32(np.linalg.norm(vec))
-        return out
-
-    def embed_documents(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        """One vector per text."""
-        if not texts:
-            return np.empty((0, self._dim), dtype=np.float32)
-        return np.stack([self._one(t) for t in texts])
-
-    def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        """The vector of the query text."""
-        return self._one(text)
 
 
 def _text(i: int) -> str:
@@ -172,7 +136,7 @@ async def _measure(
     keys = KeyStore(folder / "keys.db")
     key = keys.create(user_id="alice", name="bench").key
     echo(f"filling {count} memories (infer=False) ...")
-    filler = AsyncMemory(folder / "e.db", embedder=HashEmbedder(), llm=None, actor="bench")
+    filler = AsyncMemory(folder / "e.db", embedder=HashEmbedder(64), llm=None, actor="bench")
     fill_s = await _fill(filler, count, "alice")
     await filler.close()
     admin_key = keys.create(admin=True, name="bench admin").key
@@ -181,7 +145,7 @@ async def _measure(
     echo(f"activity log filled to {log_rows} rows")
     # The server as `engram serve` starts it: the file opened afresh, the app made,
     # the startup heap frozen (unless asked not to, to measure what that does).
-    memory = AsyncMemory(folder / "e.db", embedder=HashEmbedder(), llm=None, actor="bench")
+    memory = AsyncMemory(folder / "e.db", embedder=HashEmbedder(64), llm=None, actor="bench")
     app = create_app(memory, keys=keys, activity=activity)
     if freeze_heap:
         freeze_startup_heap()
