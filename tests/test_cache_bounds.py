@@ -29,7 +29,7 @@ from engramdb.core.bm25 import BM25Index
 from engramdb.errors import ConfigError
 from engramdb.stores import make_store
 from engramdb.stores.kernel.caches import DEFAULT_CACHE_BYTES, ScopeCache, ScopeCaches
-from engramdb_bench._hash_embedder import HashEmbedder as FastEmbedder
+from engramdb_bench._hash_embedder import HashEmbedder
 
 BACKENDS = ("sqlite", "postgres")
 QUERIES = ("what does the user enjoy on weekends?", "which city did they visit with tea?")
@@ -57,7 +57,7 @@ def _memory(
         config = dict(request.getfixturevalue("pg_config"))
         provider = "postgres"
     vector_store = {"provider": provider, "config": {**config, **options}}
-    return Memory(config={"vector_store": vector_store}, embedder=FastEmbedder(64))
+    return Memory(config={"vector_store": vector_store}, embedder=HashEmbedder(64))
 
 
 def _table(mem: Memory) -> ScopeCaches[Any]:

@@ -42,7 +42,7 @@ from engramdb.stores.postgres import PostgresStore
 from engramdb.stores.postgres._driver import READ, transaction
 from engramdb.stores.postgres._sql import REPLICA_READ, ReplicaRead, _Snapshot, lsn
 from engramdb_bench._pg import PgServer, PgUnavailable
-from engramdb_bench.pg_restart import HashEmbedder
+from engramdb_bench._hash_embedder import HashEmbedder
 
 
 @pytest.fixture(scope="module")
