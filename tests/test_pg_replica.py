@@ -41,8 +41,8 @@ from engramdb.stores import check_store_config
 from engramdb.stores.postgres import PostgresStore
 from engramdb.stores.postgres._driver import READ, transaction
 from engramdb.stores.postgres._sql import REPLICA_READ, ReplicaRead, _Snapshot, lsn
-from engramdb_bench._pg import PgServer, PgUnavailable
 from engramdb_bench._hash_embedder import HashEmbedder
+from engramdb_bench._pg import PgServer, PgUnavailable
 
 
 @pytest.fixture(scope="module")
