@@ -46,6 +46,7 @@ SCHEMA = """
 CREATE TABLE memories (
     rowid INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
+    text TEXT,
     user_id TEXT,
     agent_id TEXT,
     run_id TEXT,
@@ -70,6 +71,7 @@ CREATE INDEX memory_scope_by_memory ON memory_scope (memory_rowid, kind, value);
 
 CORE_COLUMNS = (
     "id",
+    "text",
     "user_id",
     "agent_id",
     "run_id",
@@ -99,6 +101,7 @@ class Row:
         return {
             **self.core,
             "id": row_id(rowid, self),
+            "memory": self.core.get("text"),
             "metadata": self.metadata,
             "run_ids": self.run_ids,
             "agent_ids": self.agent_ids,
@@ -300,6 +303,7 @@ stamps = st.one_of(st.none(), moments.map(stamp))
 @st.composite
 def rows(draw: st.DrawFn) -> Row:
     core: dict[str, str | None] = {
+        "text": draw(texts),
         "user_id": draw(st.sampled_from([*USERS, None])),
         "agent_id": draw(st.sampled_from([*IDS, None])),
         "run_id": draw(st.sampled_from([*IDS, None])),
@@ -437,7 +441,15 @@ date_conditions = st.builds(
     ),
 )
 
-conditions = st.one_of(metadata_conditions, text_conditions, multi_conditions, date_conditions)
+memory_conditions = st.builds(
+    lambda op, value: {"memory": {op: value}},
+    st.sampled_from(["contains", "icontains"]),
+    texts.filter(bool),
+)
+
+conditions = st.one_of(
+    metadata_conditions, text_conditions, multi_conditions, date_conditions, memory_conditions
+)
 
 
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -651,7 +663,17 @@ def test_core_text_fields_against_every_operator(db: sqlite3.Connection) -> None
         ({"created_at": {"gte": 1714521600000}}, "seconds, not milliseconds"),
         ({"created_at": {"gte": "10000-01-01"}}, "not an ISO-8601 date"),
         ({"created_at": {"gte": "0001-01-01T00:00:00+01:00"}}, "out of range"),
-        ({"memory": {"contains": "pizza"}}, "'memory' is not a filterable field"),
+        ({"memory": "pizza"}, "'memory' is the memory's text"),
+        ({"memory": "*"}, "not a plain value"),
+        ({"memory": None}, "not a plain value"),
+        ({"memory": {"eq": "pizza"}}, "accepts only a substring search"),
+        ({"memory": {"in": ["pizza"]}}, "accepts only a substring search"),
+        ({"memory": {"contains": ""}}, "takes a non-empty string"),
+        ({"memory": {"icontains": ""}}, "takes a non-empty string"),
+        ({"memory": {"icontains": 3}}, "'memory' holds text"),
+        ({"memory": {"icontains": None}}, "cannot take None"),
+        ({"memory": {"icontains": "x" * 1001}}, "at most 1000 characters"),
+        ({"memory": {"icontains": "a\x00b"}}, "NUL character"),
         ({"deleted_at": "*"}, "'deleted_at' is not a filterable field"),
         ({"linked_memory_ids": {"contains": "x"}}, "links are not filterable"),
         ({"observed_at": {"contains": "2024"}}, "is a timestamp"),
@@ -730,10 +752,16 @@ def test_hand_built_nodes_are_checked_by_every_compiler() -> None:
         Cmp("rating", "exists", 1),
         Cmp("rating", "gt", True),
         Or((Cmp("rating", "eq", [1]),)),
+        Cmp("memory", "eq", "x"),
+        Cmp("memory", "exists", None),
+        Cmp("memory", "icontains", ""),
+        Cmp("memory", "contains", "x" * 1001),
     ]
     for node in bad_nodes:
         with pytest.raises(FilterError):
             compile_sqlite(node)
+        with pytest.raises(FilterError):
+            compile_postgres(node)
         with pytest.raises(FilterError):
             evaluate(node, {})
 
@@ -1210,6 +1238,7 @@ def test_score_is_an_ordinary_metadata_key(engine: Engine) -> None:
 def test_score_may_be_stored_as_metadata_and_the_other_names_stay_reserved() -> None:
     assert check_metadata({"score": 3}) == {"score": 3}
     assert "score" not in RESERVED_METADATA_KEYS
+    # "memory" is filterable (a search of the text) but stays reserved as a metadata key.
     for name in ("memory", "deleted_at", "linked_memory_ids", "user_id", "created_at"):
         assert name in RESERVED_METADATA_KEYS
         with pytest.raises(MetadataError, match="reserved"):
@@ -1235,3 +1264,75 @@ def test_memory_stores_and_filters_a_score_metadata_key(mem: Memory) -> None:
     assert mem.get_all(user_id="alice", filters={"agent_id": "*"})["results"] == []
     with pytest.raises(ScopeError):
         mem.get_all(filters={"user_id": "*"})
+
+
+# --------------------------------------------------------------------------- the memory's text
+
+
+def text_rows(*texts: str) -> list[Row]:
+    return [Row(core={"text": t}, metadata={"memory": t}) for t in texts]
+
+
+def test_memory_text_contains_and_icontains(engine: Engine) -> None:
+    engine.put(
+        text_rows(
+            "I like Rice",
+            "rice pudding",
+            "RICE",
+            "price list",
+            "beans",
+            "École à Paris",
+            "école",
+            "straße",
+        )
+    )
+    assert engine.select({"memory": {"icontains": "rice"}}) == {1, 2, 3, 4}
+    assert engine.select({"memory": {"contains": "rice"}}) == {2, 4}
+    assert engine.select({"memory": {"icontains": "RiCe P"}}) == {2}
+    # ASCII folding only, on both engines and in evaluate(): É is not é, ß is not ss.
+    assert engine.select({"memory": {"icontains": "école"}}) == {7}
+    assert engine.select({"memory": {"icontains": "paris"}}) == {6}
+    assert engine.select({"memory": {"icontains": "STRASSE"}}) == set()
+    assert engine.select({"memory": {"icontains": "STRAßE"}}) == {8}
+    # It is the memory's text, not a metadata key called "memory".
+    assert engine.select({"metadata.memory": {"icontains": "beans"}}) == {5}
+    assert engine.select({"NOT": {"memory": {"icontains": "rice"}}}) == {5, 6, 7, 8}
+    either = {"OR": [{"memory": {"icontains": "bean"}}, {"memory": {"contains": "RICE"}}]}
+    assert engine.select(either) == {3, 5}
+
+
+def test_memory_text_search_attacks_match_literally(engine: Engine) -> None:
+    texts = [
+        "100% sure",
+        "1000 sure",
+        "a_b",
+        "aXb",
+        "a\\b",
+        "it's",
+        'say "hi"',
+        "plain",
+        "x" * 2000,
+    ]
+    engine.put(text_rows(*texts))
+    everything = set(range(1, len(texts) + 1))
+    for needle, expected in [
+        ("%", {1}),
+        ("%%", set()),
+        ("_", {3}),
+        ("a_b", {3}),
+        ("A_B", {3}),
+        ("\\", {5}),
+        ("\\%", set()),
+        ("'", {6}),
+        ("' OR '1'='1", set()),
+        ('"', {7}),
+        ("%' OR 1=1 --", set()),
+        ("x" * 1000, {9}),
+        ("X" * 1000, {9}),
+        ("*", set()),
+    ]:
+        got = engine.select({"memory": {"icontains": needle}})
+        assert got == expected, (engine.name, needle, got)
+        assert got != everything
+        if needle == needle.lower():
+            assert engine.select({"memory": {"contains": needle}}) == expected, needle

@@ -10,6 +10,7 @@ check of every page.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -234,6 +235,44 @@ def test_long_lists_count_page_and_find_text(
     assert "this one expired" not in first
     nobody = client.get("/ui/fragments/memories", params={"fk": "category", "fv": "x"}).text
     assert "No memories match this filter" in nobody
+
+
+def test_list_text_search_is_the_stores_and_matches_literally(
+    dash: tuple[TestClient, Memory, KeyStore, ScriptedLLM],
+) -> None:
+    client, memory, keys, _ = dash
+    texts = [f"note {i}: {'Rice' if i % 4 == 0 else 'beans'} at 100% and a_b" for i in range(130)]
+    texts += ["plain 100 percent", "aXb here", "back\\slash", 'it\'s "quoted"']
+    for text in texts:
+        memory.add(text, user_id="alice", infer=False)
+    _sign_in(client, keys.create(user_id="alice").key)
+
+    def shown(params: dict[str, str]) -> tuple[list[str], str]:
+        page = client.get("/ui/memories", params=params)
+        assert page.status_code == 200
+        plain = _plain(page.text)
+        return [t for t in texts if t in html.unescape(plain)], html.unescape(plain)
+
+    # Ordinary text: what the Python scan found (casefold, newest first), page by page.
+    for needle in ("rice", "RICE", "note 1", "beans at"):
+        wanted = [t for t in reversed(texts) if needle.casefold() in t.casefold()]
+        seen: list[str] = []
+        for number in range(1, 4):
+            found, plain = shown({"text": needle, "page": str(number)})
+            seen += sorted(found, key=lambda t: -texts.index(t))
+            if number == 1:
+                assert f"{len(wanted)} memories containing" in plain, needle
+        assert seen == wanted, needle
+    # LIKE wildcards, backslashes and quotes are literal; nothing matches everything.
+    for needle, count in (("%", 130), ("_", 130), ("a_b", 130), ("\\", 1), ("'", 1), ('"', 1)):
+        found, _ = shown({"text": needle})
+        wanted = [t for t in texts if needle in t]
+        assert len(wanted) == count and set(found) <= set(wanted), needle
+    assert shown({"text": "%%"})[0] == [] and shown({"text": "x_y%"})[0] == []
+    # Too long a search, or a NUL: a message in the page, not a 500.
+    for needle in ("x" * 5000, "a\x00b"):
+        page = client.get("/ui/memories", params={"text": needle})
+        assert page.status_code == 200 and "note 1" not in page.text
 
 
 def test_history_navigation_and_wording(

@@ -15,7 +15,7 @@ The pages: the scope list (its counts are one aggregate query of the store,
 ``Store.scope_counts``, cached for a few seconds: the cold figure clears the
 cache before every sample, the warm one does not), the first and a deep page
 of the scope's memories, a filtered page (counted by ``Store.count_memories``
-up to 2,000), a text search of the list (it reads the newest 5,000), one
+up to 2,000), a text search of the list (one store query, counted up to 2,000), one
 memory (text, history, timeline), a search with ``explain``, the scope's
 entities (``Store.entities``: one aggregate over the scope's live memories,
 nothing cached), a name search among them and one entity's memories, and the

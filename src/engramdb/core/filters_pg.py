@@ -128,6 +128,8 @@ class _Compiler:
             key = metadata_key(node.field)
             assert key is not None
             return _metadata(key, node)
+        if kind == "memory":
+            return _column("m.text", node, cast="")
         if kind == "date":
             return _column(f"m.{node.field}", node, cast="::timestamptz")
         return _column(f"m.{node.field}", node, cast="")

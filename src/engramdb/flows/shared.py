@@ -93,6 +93,7 @@ def record_of(row: MemoryRow) -> dict[str, Any]:
         **{f: getattr(row, f) for f in CORE_FIELDS if f not in ("agent_id", "run_id")},
         "agent_id": row.agent_id,
         "run_id": row.run_id,
+        "memory": row.text,
         "metadata": row.metadata,
         "run_ids": set(row.run_ids),
         "agent_ids": set(row.agent_ids),

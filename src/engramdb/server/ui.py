@@ -90,8 +90,6 @@ FANOUT_SCOPES = 50
 """An admin's view of every scope reads at most this many (the largest first)."""
 FAILURE_SCOPES = 500
 """An admin's list of every failure asks at most this many scopes."""
-SCAN_LIMIT = 5000
-"""Text search in the list reads at most this many memories of the scope, newest first."""
 COUNT_LIMIT = 2000
 """A filtered list is counted up to this many."""
 CROSS_LIMIT = 1000
@@ -742,6 +740,10 @@ class _UI:
                 now = datetime.now(UTC).isoformat()
                 expired = {"expires_at": {"lt": now}}
                 filters = expired if filters is None else {"AND": [filters, expired]}
+            if text:
+                # The store searches the text (ASCII case folded): no memory read into Python.
+                found_text = {"memory": {"icontains": text}}
+                filters = found_text if filters is None else {"AND": [filters, found_text]}
             show_expired = state == "expired"
             cat = await self.catalog(ctx.caller)
             if cross:
@@ -749,14 +751,10 @@ class _UI:
             else:
                 scopes = [scope]
             offset = (page - 1) * PAGE_SIZE
-            if text or cross:
-                upto = SCAN_LIMIT if text else min(offset + PAGE_SIZE + 1, CROSS_LIMIT)
+            if cross:
+                upto = min(offset + PAGE_SIZE + 1, CROSS_LIMIT)
                 rows, capped = await self._rows(ctx, scopes, filters, show_expired, upto)
-                if text:
-                    folded = text.casefold()
-                    rows = [r for r in rows if folded in (r.get("memory") or "").casefold()]
-                    data["total"], data["total_capped"] = len(rows), capped
-                elif not capped and not filters and state == "live":
+                if not capped and not filters and state == "live":
                     data["total"] = cat["live"]
                 else:
                     data["total"], data["total_capped"] = len(rows), capped
@@ -800,7 +798,7 @@ class _UI:
         data["results"] = results[:PAGE_SIZE]
         if data["total"] is not None:
             last = max(1, -(-data["total"] // PAGE_SIZE))
-            if text or cross:
+            if cross:
                 last = max(1, -(-min(data["total"], len(rows)) // PAGE_SIZE))
             data["last_page"] = last
             data["pages"] = page_numbers(min(page, last), last)

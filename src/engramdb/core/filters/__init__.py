@@ -20,13 +20,16 @@ stored value of another type never matches (``True`` is not ``1``, ``"5"`` is no
 ``5``); ``gt``/``gte``/``lt``/``lte`` order numbers or strings only; a missing key and
 a JSON ``null`` are the same thing, "absent"; ``ne`` and ``nin`` are exactly ``NOT eq``
 and ``NOT in``, so an absent value counts as "not equal"; ``contains`` is a substring
-test on strings and a membership test on lists; ``icontains`` folds ASCII case only.
+test on strings and a membership test on lists; ``icontains`` folds ASCII case only;
+``memory`` (the memory's text) takes only ``contains``/``icontains``.
 """
 
 from engramdb.core.filters.nodes import (
     CORE_FIELDS,
     DATE_FIELDS,
     LOGICAL_KEYS,
+    MAX_TEXT_SEARCH,
+    MEMORY_FIELD,
     METADATA_PREFIX,
     MULTI_VALUED_FIELDS,
     OPERATORS,
@@ -53,6 +56,8 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_LIST_VALUES",
     "MAX_NODES",
+    "MAX_TEXT_SEARCH",
+    "MEMORY_FIELD",
     "METADATA_PREFIX",
     "MULTI_VALUED_FIELDS",
     "OPERATORS",

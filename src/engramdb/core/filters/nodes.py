@@ -68,6 +68,10 @@ DATE_FIELDS: Final = ("created_at", "updated_at", "observed_at", "expires_at")
 CORE_FIELDS: Final = TEXT_FIELDS + DATE_FIELDS + MULTI_VALUED_FIELDS
 #: ``"metadata.<key>"`` names a metadata key explicitly (and is the AST's spelling).
 METADATA_PREFIX: Final = "metadata."
+#: The memory's text: searchable with ``contains``/``icontains`` only.
+MEMORY_FIELD: Final = "memory"
+#: The longest substring a ``memory`` condition may search for, in characters.
+MAX_TEXT_SEARCH: Final = 1000
 
 
 OPERATORS: Final = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "icontains")
@@ -93,13 +97,14 @@ LOGICAL_KEYS: Final[Mapping[str, str]] = MappingProxyType(
 )
 
 
-FieldKind: TypeAlias = Literal["text", "date", "multi", "metadata"]
+FieldKind: TypeAlias = Literal["text", "date", "multi", "metadata", "memory"]
 
 _OPS_BY_KIND: Final[dict[FieldKind, frozenset[str]]] = {
     "text": _AST_OPERATORS,
     "metadata": _AST_OPERATORS,
     "date": _AST_OPERATORS - {"contains", "icontains"},
     "multi": frozenset(("eq", "ne", "in", "nin", "exists")),
+    "memory": frozenset(("contains", "icontains")),
 }
 
 
@@ -112,18 +117,20 @@ def metadata_key(field: str) -> str | None:
     """
     if field.startswith(METADATA_PREFIX):
         return field[len(METADATA_PREFIX) :]
-    return None if field in CORE_FIELDS else field
+    return None if field in CORE_FIELDS or field == MEMORY_FIELD else field
 
 
 def field_kind(field: str) -> FieldKind:
-    """Classify a field name: ``"text"``, ``"date"``, ``"multi"`` or ``"metadata"``.
+    """Classify a field name: ``"text"``, ``"date"``, ``"multi"``, ``"metadata"`` or ``"memory"``.
 
-    ``multi`` are the scope ids a memory can hold several of (``agent_id``,
-    ``run_id``); compilers dispatch on this so every backend agrees on which fields
-    are columns.
+    ``memory`` is the memory's text (substring search only); ``multi`` are the scope
+    ids a memory can hold several of (``agent_id``, ``run_id``); compilers dispatch on
+    this so every backend agrees on which fields are columns.
     """
     if metadata_key(field) is not None:
         return "metadata"
+    if field == MEMORY_FIELD:
+        return "memory"
     if field in MULTI_VALUED_FIELDS:
         return "multi"
     return "date" if field in DATE_FIELDS else "text"
@@ -174,6 +181,11 @@ def _unknown_operator(op: object, where: str) -> FilterError:
 
 
 def _kind_rule(field: str, kind: FieldKind) -> str:
+    if kind == "memory":
+        return (
+            f"{field!r} is the memory's text; it accepts only a substring search, "
+            "{'contains': 'text'} or {'icontains': 'text'}"
+        )
     if kind == "multi":
         return (
             f"{field!r} can hold several values (the primary one and the other sessions the "
@@ -214,7 +226,20 @@ def _check_cmp(node: Cmp) -> FieldKind:
             raise FilterError(f"{node!r}: booleans have no order")
         if node.op == "icontains" and not isinstance(value, str):
             raise FilterError(f"{node!r}: 'icontains' takes a string")
+        if kind == "memory":
+            _check_text_search(node.op, value, repr(node))
     return kind
+
+
+def _check_text_search(op: str, value: object, where: str) -> None:
+    """A search of the memory's text needs a non-empty string of bounded length."""
+    if not isinstance(value, str) or not value:
+        raise FilterError(f"{where}: {op!r} on 'memory' takes a non-empty string")
+    if len(value) > MAX_TEXT_SEARCH:
+        raise FilterError(
+            f"{where}: {op!r} on 'memory' takes at most {MAX_TEXT_SEARCH} characters, "
+            f"got {len(value)}"
+        )
 
 
 def _is_scalar(value: object) -> bool:

@@ -19,6 +19,7 @@ from engramdb.core.filters.nodes import (
     CORE_FIELDS,
     DATE_FIELDS,
     LOGICAL_KEYS,
+    MEMORY_FIELD,
     METADATA_PREFIX,
     OPERATORS,
     And,
@@ -28,6 +29,7 @@ from engramdb.core.filters.nodes import (
     Not,
     Or,
     Scalar,
+    _check_text_search,
     _describe,
     _kind_rule,
     _unknown_operator,
@@ -40,7 +42,6 @@ from engramdb.errors import FilterError
 #: ``score`` is not among them: it is not stored with a memory, so (as in mem0) it is
 #: an ordinary metadata key; the relevance score is bounded with ``threshold=``.
 _NOT_FILTERABLE: Final = {
-    "memory": "the memory text is searched through the query, not filters",
     "deleted_at": "deleted memories are never listed; use history() to see them",
     "linked_memory_ids": "links are not filterable",
 }
@@ -202,7 +203,7 @@ def _parse_logical(logical: str, item: object, where: str, depth: int, budget: _
 
 
 def _resolve_field(name: str, where: str) -> str:
-    if name in CORE_FIELDS:
+    if name in CORE_FIELDS or name == MEMORY_FIELD:
         return name
     if name in _NOT_FILTERABLE:
         raise FilterError(
@@ -236,6 +237,8 @@ def _parse_field(name: str, item: object, where: str, budget: _Budget) -> Node:
             nodes.append(_parse_condition(field, op, operand, op_where, budget))
         return _and(nodes)
     budget.node(where)
+    if field == MEMORY_FIELD:
+        raise FilterError(f"{where}: {_kind_rule(field, 'memory')}, not a plain value")
     if isinstance(item, str) and item == "*":
         return Cmp(field, "exists", None)
     if _is_list(item):
@@ -279,6 +282,8 @@ def _parse_condition(field: str, op: object, operand: object, where: str, budget
         )
     if op == "icontains" and not isinstance(value, str):
         raise FilterError(f"{where}: 'icontains' takes a string, got {_describe(value)}")
+    if kind == "memory":
+        _check_text_search(op, value, where)
     return Cmp(field, op, value)
 
 

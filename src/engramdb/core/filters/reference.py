@@ -41,9 +41,10 @@ def evaluate(node: Node, record: Mapping[str, Any]) -> bool:
     """Decide in Python whether ``record`` matches ``node``: the reference semantics.
 
     ``record`` holds the core fields (missing or ``None`` = absent; timestamps as
-    stored strings or ``datetime``), ``"metadata"`` (a dict, or its JSON text) and the
-    extra scope values in ``"run_ids"`` / ``"agent_ids"`` (sets; the primary
-    ``run_id`` / ``agent_id`` are counted whether or not the sets repeat them).
+    stored strings or ``datetime``), the memory's text as ``"memory"``, ``"metadata"``
+    (a dict, or its JSON text) and the extra scope values in ``"run_ids"`` /
+    ``"agent_ids"`` (sets; the primary ``run_id`` / ``agent_id`` are counted whether or
+    not the sets repeat them).
     """
     if isinstance(node, And):
         return all(evaluate(child, record) for child in node.children)

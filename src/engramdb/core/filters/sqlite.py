@@ -112,6 +112,8 @@ def _sqlite_cmp(node: Cmp) -> _Sql:
         key = metadata_key(node.field)
         assert key is not None
         return _sqlite_metadata(key, node)
+    if kind == "memory":
+        return _sqlite_column("m.text", node)
     return _sqlite_column(f"m.{node.field}", node)
 
 
