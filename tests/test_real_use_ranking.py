@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engramdb import Memory, search
-from engramdb.core.records import MemoryRow
+from engramdb.core.records import Hit, MemoryRow
 from engramdb.embedders import LocalEmbedder
 from engramdb.expand import same_conversation
 from engramdb.nlp.querytime import asks_present, asks_previous
@@ -248,6 +248,54 @@ def test_what_counts_as_small_talk() -> None:
         assert search._own_terms(text) <= chatter, text
     for text in ("I'm vegan", "I love hiking", "Work has been crazy, too many meetings"):
         assert not search._own_terms(text) <= chatter, text
+
+
+def test_newer_first_for_the_present_among_alike_statements(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    """Facts stored one add at a time, no links: with ``present_alike_cosine`` on
+    (off by default), "what now" gets the later of two statements about the same
+    thing; a question with a date, and a chain of linked versions, are left alone."""
+    config = {"retrieval": {"present_alike_cosine": 0.88}}
+    with Memory(tmp_path / "n.db", config, embedder=embedder, llm=None) as m:
+        m.add("Eve drives a Kia Niro.", user_id="eve", infer=False, timestamp="2023-02-01")
+        m.add("Eve adopted a greyhound.", user_id="eve", infer=False, timestamp="2023-05-01")
+        m.add("Eve drives a Ford Focus.", user_id="eve", infer=False, timestamp="2025-02-01")
+        now = m.search("What car does Eve drive now?", user_id="eve", explain=True)["results"]
+        assert now[0]["memory"] == "Eve drives a Ford Focus."
+        assert now[0]["score_details"].get("newer_first") is True
+        assert [r["score"] for r in now] == sorted((r["score"] for r in now), reverse=True)
+        then = m.search("What car did Eve drive in 2023?", user_id="eve", explain=True)
+        assert not any(r["score_details"].get("newer_first") for r in then["results"])
+    with Memory(tmp_path / "off.db", embedder=embedder, llm=None) as m:  # the default: off
+        m.add("Eve drives a Kia Niro.", user_id="eve", infer=False, timestamp="2023-02-01")
+        m.add("Eve drives a Ford Focus.", user_id="eve", infer=False, timestamp="2025-02-01")
+        found = m.search("What car does Eve drive now?", user_id="eve", explain=True)["results"]
+        assert not any(r["score_details"].get("newer_first") for r in found)
+
+
+def test_newer_first_leaves_chains_and_unalike_hits_alone() -> None:
+    import numpy as np
+
+    def hit(ident: str, day: str, score: float, kinds: dict[str, str] | None = None) -> Hit:
+        row = dataclasses.replace(
+            memory_row(ident, observed=f"{day}T00:00:00.000000+00:00"), link_kinds=kinds or {}
+        )
+        return Hit(row, score, {"semantic": score})
+
+    hits = [hit("old", "2023-01-01", 0.9), hit("other", "2024-01-01", 0.8),
+            hit("new", "2025-01-01", 0.7)]  # fmt: skip
+    vectors = np.array([[1.0, 0.0], [0.0, 1.0], [0.995, 0.0998]], dtype=np.float32)
+    moved = search.newer_first(hits, vectors, 0.9)
+    assert [h.row.id for h in moved] == ["new", "old", "other"]
+    assert [h.score for h in moved] == [0.9, 0.8, 0.7]
+    chained = [hit("old", "2023-01-01", 0.9, {"x": "updated_by"}), hits[1], hits[2]]
+    assert [h.row.id for h in search.newer_first(chained, vectors, 0.9)] == [
+        "old", "other", "new",
+    ]  # fmt: skip
+    assert [h.row.id for h in search.newer_first(hits, vectors, 0.999)] == [
+        "old", "other", "new",
+    ]  # fmt: skip
 
 
 def test_mem0_result_shape(mem: Memory) -> None:

@@ -287,6 +287,15 @@ class FusionConfig(BaseModel):
     sport is Sofia into now?"), when higher than ``recency_weight``: of two
     statements that match alike, the newer holds (with ``as_of``, ages run to that
     date: what holds then). Not for questions with a date, "when" or "before"."""
+    present_alike_cosine: float = Field(default=0.0, ge=0, le=1)
+    """Newer statements first for questions about the present (0: off). For a
+    question :func:`engramdb.nlp.querytime.asks_present` flags, among the first
+    ``present_alike_hits`` hits, a hit stated later than one above it whose text
+    embeds within this cosine of it ("I drive a Kia Niro" / "I drive a Ford Focus
+    now") takes its place: of two statements about the same thing, the newer holds.
+    Costs one embedding of those hits' texts per such question."""
+    present_alike_hits: int = Field(default=8, ge=2, le=50)
+    """How many of the first hits the present-tense lever compares."""
     neighbour_hits: int = Field(default=2, ge=0, le=50)
     """Session-neighbour expansion (0: off; default 2): each of this many best fused
     hits lends a share of its score to the memories stored next to it in its own
@@ -854,6 +863,52 @@ def rank_superseded(
     order.sort(key=lambda h: when(h.row), reverse=True)
     order.sort(key=lambda h: (-h.score, (h.row.id in superseded) != previous))
     return order
+
+
+def newer_first(hits: list[Hit], vectors: Any, cosine: float) -> list[Hit]:
+    """``hits`` where a later statement alike to a hit above it takes that hit's place.
+
+    ``vectors``: unit vectors of the hits' texts, in order. Going down the list,
+    each hit is compared with the hits above it; when it was stated later than
+    one of them (:func:`when`) and their vectors' cosine reaches ``cosine``, it
+    moves just above the highest such hit and takes its score (the displaced
+    hits keep theirs and move down one place). Scores stay non-increasing.
+    Memories in a supersession chain neither move nor are passed: their links
+    already say which version holds.
+    """
+    order = list(range(len(hits)))
+    scores = [h.score for h in hits]
+    chained = [_in_chain(h.row) for h in hits]
+    for j in range(1, len(hits)):
+        if chained[j]:
+            continue
+        pos = order.index(j)
+        target = None
+        for p_above in range(pos):
+            i = order[p_above]
+            if chained[i]:
+                continue
+            if when(hits[j].row) > when(hits[i].row) and float(vectors[i] @ vectors[j]) >= cosine:
+                target = p_above
+                break
+        if target is None:
+            continue
+        order.pop(pos)
+        order.insert(target, j)
+    out = []
+    for rank, i in enumerate(order):
+        hit = hits[i]
+        explain = {**hit.explain, "newer_first": True} if rank < i else hit.explain
+        out.append(Hit(hit.row, scores[rank], explain))
+    return out
+
+
+_CHAIN_KINDS = frozenset({"updates", "contradicts", "updated_by", "contradicted_by"})
+
+
+def _in_chain(row: MemoryRow) -> bool:
+    """Whether a memory updates, contradicts or is superseded by another."""
+    return any(kind in _CHAIN_KINDS for kind in row.link_kinds.values())
 
 
 def recency_factor(

@@ -20,7 +20,9 @@ from dataclasses import asdict
 from datetime import date, datetime
 from typing import Any
 
-from engramdb._engine import EmbedQuery, Flow, store_call
+import numpy as np
+
+from engramdb._engine import EmbedDocuments, EmbedQuery, Flow, store_call
 from engramdb._time import utc_now
 from engramdb.core.filters import And, Node, evaluate, parse_filters, split_scope
 from engramdb.core.records import Candidate
@@ -68,7 +70,9 @@ from engramdb.search import (
     apply_recency,
     apply_rerank,
     calibrate,
+    document_text,
     fuse,
+    newer_first,
     plan_query,
     query_embedding_text,
     rank_superseded,
@@ -207,6 +211,8 @@ class ReadFlows(FlowState):
             pull=lambda row: where is None or evaluate(where, record_of(row)),
             previous=asks_previous(text),
         )
+        if self.fusion.present_alike_cosine > 0 and asks_present(text) and len(hits) > 1:
+            hits = yield from self._newer_first(hits)
         hits = hits[:k]
         found: list[tuple[MemoryRow, dict[str, Any]]] = []
         seen = {h.row.id for h in hits}
@@ -427,6 +433,15 @@ class ReadFlows(FlowState):
                 break
             supers.update(more)
         return ranked, supers
+
+    def _newer_first(self, hits: list[Hit]) -> Flow[list[Hit]]:
+        """The present-tense lever (``FusionConfig.present_alike_cosine``) on the first hits."""
+        cfg = self.fusion
+        head, tail = hits[: cfg.present_alike_hits], hits[cfg.present_alike_hits :]
+        texts = [document_text(h.row.text, h.row.actor_id, cfg) for h in head]
+        vectors = np.asarray((yield EmbedDocuments(texts)), dtype=np.float32)
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return newer_first(head, vectors, cfg.present_alike_cosine) + tail
 
     def _rewrite(self, query: str) -> Flow[list[tuple[str, Any]]]:
         """The query-rewrite lever: the LLM's sub-queries and their vectors (none when off).
