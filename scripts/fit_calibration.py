@@ -28,7 +28,7 @@ their scores were made with the calibration in force then; each hit's
 ``relative`` is read back from its score through that curve (the shipped
 knots, or ``--center``/``--width`` for a dump made with a logistic), which also
 covers what the levers after fusion did to the score (a lent neighbour, a
-superseder lifted to what it replaces). Needs numpy and engramdb.
+superseder lifted to what it replaces). Needs numpy, engramdb and its benchmarks.
 
 Usage::
 
@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from engramdb.search import ScoreCalibration
+from engramdb_bench.retrieval import auc
 
 EPS = 1e-12
 
@@ -144,18 +145,9 @@ def fit_knots(
     return tuple(knots)
 
 
-def auc(pairs: list[tuple[float, int]]) -> float:
-    """Area under the ROC curve of scores for label 1 vs 0 (ties count a half)."""
-    pos = sorted(s for s, y in pairs if y == 1)
-    neg = sorted(s for s, y in pairs if y == 0)
-    if not pos or not neg:
-        return float("nan")
-    wins = 0.0
-    for p in pos:
-        lo = np.searchsorted(neg, p, side="left")
-        hi = np.searchsorted(neg, p, side="right")
-        wins += lo + 0.5 * (hi - lo)
-    return wins / (len(pos) * len(neg))
+def _top_auc(top: list[tuple[float, int]]) -> float | None:
+    """The top-1 AUC as the benchmark computes it (right top answers against the rest)."""
+    return auc([s for s, y in top if y == 1], [s for s, y in top if y == 0])
 
 
 def ece(pairs: list[tuple[float, float, int]], bins: int = 10) -> float:
@@ -204,7 +196,7 @@ def judge(
             empty += not scores or scores[0] < threshold
     return {
         "ece": round(ece(calib), 4),
-        "auc_top1": round(auc(top), 4),
+        "auc_top1": round(top_auc, 4) if (top_auc := _top_auc(top)) is not None else float("nan"),
         "hidden_correct": round(hidden / correct, 4) if correct else float("nan"),
         "unanswerable_empty": round(empty / unanswerable, 4) if unanswerable else float("nan"),
     }

@@ -32,7 +32,7 @@ from engramdb.llms import ScriptedLLM
 from engramdb.server import KeyStore, MemoryService, create_app
 from engramdb.server.activity import ActivityLog, Entry, status_range
 from engramdb.server.mcp import build_mcp
-from test_ui_dashboard import _axe_js, _csrf, _plain, _serve, _sign_in, chromium  # noqa: F401
+from test_ui_dashboard import _axe_js, _axe_run, _csrf, _plain, _serve, _sign_in, chromium  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_IMG = ROOT / "docs" / "img"
@@ -377,15 +377,9 @@ def test_browser_activity_and_entities(tmp_path: Path, chromium: str) -> None:  
             def check(page: Any, name: str) -> None:
                 if axe is None:
                     return
-                page.add_script_tag(path=str(axe))
-                found = page.evaluate(
-                    "async () => { const r = await axe.run(document);"
-                    " return [r.passes.length, r.violations"
-                    ".filter(v => ['serious', 'critical'].includes(v.impact))"
-                    ".map(v => v.id + ': ' + v.nodes.map(n => n.target.join(' ')).join(', '))]; }"
-                )
-                checked.append(found[0])
-                violations.extend(f"{name}: {v}" for v in found[1])
+                passes, serious = _axe_run(page, axe)
+                checked.append(passes)
+                violations.extend(f"{name}: {v}" for v in serious)
 
             shots = (
                 ("overview", "/ui/overview"),

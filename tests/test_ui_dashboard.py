@@ -386,6 +386,18 @@ def _axe_js() -> Path | None:
     return None
 
 
+def _axe_run(page: Any, axe: Path) -> tuple[int, list[str]]:
+    """axe-core on the page: how many checks passed, and each serious or critical violation."""
+    page.add_script_tag(path=str(axe))
+    found = page.evaluate(
+        "async () => { const r = await axe.run(document);"
+        " return [r.passes.length, r.violations"
+        ".filter(v => ['serious', 'critical'].includes(v.impact))"
+        ".map(v => v.id + ': ' + v.nodes.map(n => n.target.join(' ')).join(', '))]; }"
+    )
+    return int(found[0]), list(found[1])
+
+
 @pytest.fixture
 def chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -471,15 +483,9 @@ def test_browser_dashboard_admin_and_bound_key(tmp_path: Path, chromium: str) ->
             def check(page: Any, name: str) -> None:
                 if axe is None:
                     return
-                page.add_script_tag(path=str(axe))
-                found = page.evaluate(
-                    "async () => { const r = await axe.run(document);"
-                    " return [r.passes.length, r.violations"
-                    ".filter(v => ['serious', 'critical'].includes(v.impact))"
-                    ".map(v => v.id + ': ' + v.nodes.map(n => n.target.join(' ')).join(', '))]; }"
-                )
-                checked.append(found[0])
-                violations.extend(f"{name}: {v}" for v in found[1])
+                passes, serious = _axe_run(page, axe)
+                checked.append(passes)
+                violations.extend(f"{name}: {v}" for v in serious)
 
             for scheme in ("light", "dark"):
                 context = browser.new_context(

@@ -89,6 +89,7 @@ __all__ = [
     "RetrievalError",
     "Trainer",
     "assign_folds",
+    "auc",
     "format_report",
     "load_facts",
     "metrics",
@@ -186,7 +187,7 @@ def _hits(found: Sequence[Mapping[str, Any]], gold: Iterable[str]) -> tuple[dict
 # -- metrics -------------------------------------------------------------------------------
 
 
-def _auc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
+def auc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
     """Mann-Whitney AUC: the chance a positive scores above a negative (ties: half)."""
     if not pos or not neg:
         return None
@@ -268,9 +269,9 @@ def metrics(dumps: Sequence[QueryDump], threshold: float = THRESHOLD) -> dict[st
 
     correct = [top(d) for d in answerable if d.hits and d.hits[0]["is_gold"]]
     wrong = [top(d) for d in dumps if not (d.answerable and d.hits and d.hits[0]["is_gold"])]
-    auc = _auc(correct, wrong)
+    auc_top1 = auc(correct, wrong)
     ece = _ece(dumps)
-    out["auc_top1"] = round(auc, 4) if auc is not None else None
+    out["auc_top1"] = round(auc_top1, 4) if auc_top1 is not None else None
     out["ece"] = round(ece, 4) if ece is not None else None
     out["threshold"] = threshold
     out["hidden_correct"] = _mean([float(s < threshold) for s in correct])

@@ -202,7 +202,11 @@ class ReadFlows(FlowState):
             include_expired=bool(show_expired) or at is not None,
             now=at,
         )
-        hits = apply_recency(hits, self.fusion, at or utc_now(), present=asks_present(text))
+        # Read the question's tense only for a lever that uses it (both off by default).
+        present = (
+            self.fusion.present_recency_weight > 0 or self.fusion.present_alike_cosine > 0
+        ) and asks_present(text)
+        hits = apply_recency(hits, self.fusion, at or utc_now(), present=present)
         hits, supers = yield from self._chains(
             hits,
             scope,
@@ -211,7 +215,7 @@ class ReadFlows(FlowState):
             pull=lambda row: where is None or evaluate(where, record_of(row)),
             previous=asks_previous(text),
         )
-        if self.fusion.present_alike_cosine > 0 and asks_present(text) and len(hits) > 1:
+        if present and self.fusion.present_alike_cosine > 0 and len(hits) > 1:
             hits = yield from self._newer_first(hits)
         hits = hits[:k]
         found: list[tuple[MemoryRow, dict[str, Any]]] = []
