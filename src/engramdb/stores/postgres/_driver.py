@@ -362,6 +362,22 @@ async def ais_stale(con: psycopg.AsyncConnection[Any]) -> bool:
     return False
 
 
+def _desynced(con: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether a failed pipeline left ``con`` in an unknown state; if so, close it.
+
+    When the server goes away mid-exchange, libpq can raise "cannot exit
+    pipeline mode while busy" before it has noticed the closed socket: the
+    connection is not marked broken, but it is still in pipeline mode with
+    results owed. It must never serve another call: dropping its socket marks
+    it broken, so the caller runs the call again on a fresh connection (or,
+    for a write cut off at COMMIT, asks the server) and the pool replaces it.
+    """
+    if con.closed or con.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:
+        return False
+    con.pgconn.finish()  # no sync, no goodbye: libpq just closes the socket
+    return True
+
+
 def _rows(cur: Any, q: _Q) -> Any:
     if q.fetch == "all":
         return cur.fetchall() if cur.description is not None else []
@@ -419,10 +435,12 @@ def transaction(
             con.execute("COMMIT")
         return result
     except psycopg.OperationalError as exc:
-        if tracker.committing and con.broken and begin == WRITE:
+        cut = _desynced(con) or con.broken
+        if tracker.committing and cut and begin == WRITE:
             raise LostAtCommit(tracker.xid, tracker.result, exc) from exc
-        with contextlib.suppress(psycopg.Error):
-            con.execute("ROLLBACK")
+        if not cut:
+            with contextlib.suppress(psycopg.Error):
+                con.execute("ROLLBACK")
         raise
     except BaseException:
         with contextlib.suppress(psycopg.Error):
@@ -460,10 +478,12 @@ async def atransaction(con: psycopg.AsyncConnection[Any], flow: Tx[T], begin: st
         return result
     except psycopg.OperationalError as exc:
         # A read cut off at its COMMIT lost nothing: it is simply run again.
-        if tracker.committing and con.broken and begin == WRITE:
+        cut = _desynced(con) or con.broken
+        if tracker.committing and cut and begin == WRITE:
             raise LostAtCommit(tracker.xid, tracker.result, exc) from exc
-        with contextlib.suppress(psycopg.Error):
-            await con.execute("ROLLBACK")
+        if not cut:
+            with contextlib.suppress(psycopg.Error):
+                await con.execute("ROLLBACK")
         raise
     except BaseException:
         with contextlib.suppress(psycopg.Error):
