@@ -54,7 +54,8 @@ def _memory(
         config: dict[str, Any] = {"path": str(tmp_path / "tenants.db")}
         provider = "sqlite"
     else:
-        config = dict(request.getfixturevalue("pg_config"))
+        # The per-process keyword cache (PostgreSQL ranks in SQL by default).
+        config = {**request.getfixturevalue("pg_config"), "keyword_index": "process"}
         provider = "postgres"
     vector_store = {"provider": provider, "config": {**config, **options}}
     return Memory(config={"vector_store": vector_store}, embedder=HashEmbedder(64))

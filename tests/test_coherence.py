@@ -592,7 +592,9 @@ def test_postgres_long_transaction_does_not_make_searches_reread(
     # ENGRAM_LONG_TX_CHANGES=3000 for the figure in docs/ARCHITECTURE.md
     n = int(os.environ.get("ENGRAM_LONG_TX_CHANGES", "300"))
     s = '"' + pg_config["collection_name"] + '"'
-    with _pg(pg_config) as writer, _pg(pg_config) as reader:
+    # The per-process keyword cache's catch-up (the ranking before schema version 5).
+    cached = {**pg_config, "keyword_index": "process"}
+    with _pg(cached) as writer, _pg(cached) as reader:
         writer.add("warm up the store", user_id=USER)
         assert found(reader)
         with psycopg.connect(pg_config["url"]) as long_tx:

@@ -16,12 +16,17 @@ import sys
 import threading
 from array import array
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BM25Index"]
+__all__ = ["K1", "B", "BM25Index", "best_score"]
+
+K1 = 1.2
+"""BM25's term-frequency saturation, here and in PostgreSQL's ranking."""
+B = 0.75
+"""BM25's document-length normalisation, here and in PostgreSQL's ranking."""
 
 Keys = npt.NDArray[np.int64]
 Scores = npt.NDArray[np.float32]
@@ -50,7 +55,7 @@ class BM25Index:
         b: document-length normalisation.
     """
 
-    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+    def __init__(self, k1: float = K1, b: float = B) -> None:
         if k1 < 0 or not 0 <= b <= 1:
             raise ValueError(f"need k1 >= 0 and 0 <= b <= 1; got k1={k1}, b={b}")
         self.k1 = k1
@@ -322,11 +327,8 @@ class BM25Index:
         length, over ``population`` as in :meth:`search`): search divides by
         it to tell how close a hit comes, whatever the size of the scope.
         """
-        counts: dict[str, int] = {}
-        for term in terms:
-            counts[term] = counts.get(term, 0) + 1
         with self._lock:
-            if self._live == 0 or not counts:
+            if self._live == 0 or not terms:
                 return 0.0
             members: npt.NDArray[np.bool_] | None = None
             if population is None:
@@ -346,17 +348,38 @@ class BM25Index:
                 rows, _ = self._postings_of(term)
                 return int(rows.size if members is None else members[rows].sum())
 
-            norm = self.k1 * (1 - self.b + self.b * len(terms) / max(avgdl, 1e-9))
-            total = 0.0
-            for term, tf in counts.items():
-                df = df_of(term)
-                if df <= 0:
-                    continue  # no document holds it: no hit can score for it either
-                idf = math.log(1 + (live - df + 0.5) / (df + 0.5))
-                total += idf * tf * (self.k1 + 1) / (tf + norm)
-            return total
+            return best_score(terms, live, avgdl, df_of, self.k1, self.b)
 
     def _keys_array(self) -> Keys:
         if self._keys_arr is None or self._keys_arr.size != len(self._keys):
             self._keys_arr = np.array(self._keys, dtype=np.int64)
         return self._keys_arr
+
+
+def best_score(
+    terms: Sequence[str],
+    live: int,
+    avgdl: float,
+    df_of: Callable[[str], int],
+    k1: float = K1,
+    b: float = B,
+) -> float:
+    """:meth:`BM25Index.best_score` from the statistics alone.
+
+    ``live`` documents of mean length ``avgdl``, ``df_of(term)`` of them
+    holding ``term``. Shared with PostgreSQL's ranking, which reads the statistics in SQL.
+    """
+    counts: dict[str, int] = {}
+    for term in terms:
+        counts[term] = counts.get(term, 0) + 1
+    if live <= 0 or not counts:
+        return 0.0
+    norm = k1 * (1 - b + b * len(terms) / max(avgdl, 1e-9))
+    total = 0.0
+    for term, tf in counts.items():
+        df = df_of(term)
+        if df <= 0:
+            continue  # no document holds it: no hit can score for it either
+        idf = math.log(1 + (live - df + 0.5) / (df + 0.5))
+        total += idf * tf * (k1 + 1) / (tf + norm)
+    return total

@@ -68,6 +68,7 @@ POSTGRES_OPTIONS = (
     "max_cached_docs",
     "cache_bytes",
     "ef_search",
+    "keyword_index",
     # a read replica (hot standby): reads of calls that only read go there
     "read_url",
     "read_wait",
@@ -118,6 +119,11 @@ def check_store_config(provider: str, config: Mapping[str, Any]) -> None:
         _check_keys(provider, config, POSTGRES_OPTIONS)
         if "schema" in config and "collection_name" in config:
             raise ConfigError("give the PostgreSQL schema as collection_name or schema, not both")
+        if config.get("keyword_index", "database") not in ("database", "process"):
+            raise ConfigError(
+                "postgres option keyword_index must be 'database' (BM25 in SQL) or 'process' "
+                f"(a per-process cache of each scope's terms); got {config['keyword_index']!r}"
+            )
         _check_counts(provider, config, ("min_size", "max_size", "max_cached_docs", "ef_search"))
         patience = config.get("unavailable_timeout")
         if patience is not None and (
@@ -224,6 +230,7 @@ def make_store(provider: str, config: Mapping[str, Any], default_path: Path) -> 
         )
         # The bound on the bytes of the keyword caches, over every scope (per process).
         store.flows.caches.max_bytes = int(config.get("cache_bytes", DEFAULT_CACHE_BYTES))
+        store.flows.keyword_index = config.get("keyword_index", "database")
         return store
     from engramdb.stores.sqlite import SQLiteStore
 

@@ -15,7 +15,7 @@ sees (SQLite's post-filtering experiment: the scope without its filter).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -52,7 +52,10 @@ class Pool:
     Made from the vector hits (best first); it ranks the keywords itself
     unless the backend gives ``keyword_hits`` (best first, as BM25 ranks them
     over ``population``). BM25's statistics count over ``population``, by
-    default the ``allowed`` set.
+    default the ``allowed`` set. A backend that ranks keywords itself
+    (PostgreSQL, in SQL) passes no index (``bm25=None``): then it gives
+    ``keyword_hits`` and ``keyword_best`` (:meth:`BM25Index.best_score` over
+    its population), and :meth:`build` the BM25 score of each row.
     Then :attr:`found_otherwise` tells the backend which memories entity
     links may mark even through an entity too common to add candidates,
     :meth:`link` takes the links, :meth:`keys` lists what to read, and
@@ -64,11 +67,12 @@ class Pool:
         n: int,
         allowed: Keys | None,
         vector_hits: Sequence[int],
-        bm25: BM25Index,
+        bm25: BM25Index | None,
         terms: Sequence[str],
         *,
         population: Keys | Literal["allowed"] | None = "allowed",
         keyword_hits: Sequence[int] | None = None,
+        keyword_best: float | None = None,
     ) -> None:
         self.n = n
         self.allowed = allowed
@@ -77,7 +81,11 @@ class Pool:
         self.bm25 = bm25
         self.terms = terms
         self.semantic = [int(k) for k in vector_hits]
+        if bm25 is None and (keyword_hits is None or keyword_best is None):
+            raise ValueError("without an index, give keyword_hits and keyword_best")
+        self.keyword_best = keyword_best
         if keyword_hits is None:
+            assert bm25 is not None
             keyword, _ = bm25.search(terms, n, allowed=allowed, population=self.population)
             keyword_hits = keyword.tolist()
         self.keyword = [int(k) for k in keyword_hits]
@@ -107,18 +115,33 @@ class Pool:
             keys = keys[np.isin(keys, self.allowed)]
         return keys
 
-    def build(self, keys: Keys, hits: Iterable[tuple[int, MemoryRow, float]]) -> list[Candidate]:
+    def build(
+        self,
+        keys: Keys,
+        hits: Iterable[tuple[int, MemoryRow, float]],
+        keyword_scores: Mapping[int, float] | None = None,
+    ) -> list[Candidate]:
         """The records of ``hits`` (``(row id, row, cosine)``, in the backend's order).
 
         ``hits`` are the rows among ``keys`` that are still live and in scope
         (the backend's SQL decides); BM25 scores every one over ``keys`` with
-        the statistics of :attr:`population`.
+        the statistics of :attr:`population`, or ``keyword_scores`` gives
+        them (row id -> score; the backend that ranks keywords itself).
         """
-        bm_keys, bm = self.bm25.search(
-            self.terms, keys.size, allowed=keys, population=self.population
-        )
-        bm25 = dict(zip(bm_keys.tolist(), bm.tolist(), strict=True))
-        best = self.bm25.best_score(self.terms, population=self.population)
+        if keyword_scores is not None:
+            bm25 = dict(keyword_scores)
+        elif self.bm25 is not None:
+            bm_keys, bm = self.bm25.search(
+                self.terms, keys.size, allowed=keys, population=self.population
+            )
+            bm25 = dict(zip(bm_keys.tolist(), bm.tolist(), strict=True))
+        else:
+            raise ValueError("without an index, build needs keyword_scores")
+        if self.keyword_best is not None:
+            best = self.keyword_best
+        else:
+            assert self.bm25 is not None
+            best = self.bm25.best_score(self.terms, population=self.population)
         sem_rank = {key: i + 1 for i, key in enumerate(self.semantic)}
         kw_rank = {key: i + 1 for i, key in enumerate(self.keyword)}
         return [

@@ -210,6 +210,8 @@ class _BulkFlows(_WriteBase):
                 "history",
                 "messages",
                 "memories",
+                "keyword_postings",
+                "keyword_stats",
             )
         )
         # First: wait out vector writes in flight, so none commits after the reset.

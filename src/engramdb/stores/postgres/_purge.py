@@ -204,11 +204,13 @@ class _PurgeFlows(_WriteBase):
         """VACUUMs that remove the dead row versions of the tables a purge erases text from.
 
         Only these tables hold text (the link tables hold row ids). Entities
-        need their index cleaned too (an index on the entity's name); the other
-        tables' indexes hold ids only, and index cleanup of the HNSW index would
-        cost a scan of the whole index for every purge.
+        and keyword postings need their indexes cleaned too (on the entity's
+        name, on the term); the other tables' indexes hold ids only, and index
+        cleanup of the HNSW index would cost a scan of the whole index for
+        every purge.
         """
         text_tables = ", ".join(
             self.t(n) for n in ("memories", "messages", "history", "extraction_failures")
         )
-        return [f"VACUUM {text_tables}", f"VACUUM (INDEX_CLEANUP ON) {self.t('entities')}"]
+        cleaned = ", ".join(self.t(n) for n in ("entities", "keyword_postings"))
+        return [f"VACUUM {text_tables}", f"VACUUM (INDEX_CLEANUP ON) {cleaned}"]

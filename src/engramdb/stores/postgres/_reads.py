@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
+from engramdb.core.bm25 import K1, B, best_score
 from engramdb.core.filters import Node
 from engramdb.errors import ConflictError
 from engramdb.stores.base import (
@@ -35,6 +38,34 @@ from engramdb.stores.postgres._sql import (
 )
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class KeywordRanking:
+    """What :meth:`_ReadFlows.keyword_ranking` read: the top hits and the statistics."""
+
+    hits: list[int]
+    """Row ids, best first (ties by row id, the in-process index's insertion order)."""
+    live: int
+    """Documents the statistics count."""
+    avgdl: float
+    """Their mean length in terms."""
+    df: dict[str, int]
+    """Documents holding each query term (terms no document holds are absent)."""
+
+    @staticmethod
+    def empty() -> KeywordRanking:
+        return KeywordRanking([], 0, 0.0, {})
+
+    def idf(self, term: str) -> float:
+        """Lucene's non-negative idf of ``term``, as core/bm25.py computes it."""
+        df = self.df.get(term, 0)
+        return math.log(1 + (self.live - df + 0.5) / (df + 0.5))
+
+    def best(self, terms: Sequence[str]) -> float:
+        """:meth:`BM25Index.best_score` over these statistics."""
+        return best_score(terms, self.live, self.avgdl, lambda t: self.df.get(t, 0))
+
 
 _POSITION = (
     "CASE WHEN pg_is_in_recovery() THEN 'r' || coalesce(pg_last_wal_replay_lsn(), '0/0')::text "
@@ -268,19 +299,44 @@ class _ReadFlows(_FlowBase):
         return list(rows)
 
     def rows_by_rowid(
-        self, keys: Sequence[int], sql: str, params: list[Any], query: np.ndarray[Any, Any]
-    ) -> Tx[dict[int, tuple[MemoryRow, float]]]:
-        """Rows among ``keys`` that match ``sql``, with their cosine similarity to ``query``."""
+        self,
+        keys: Sequence[int],
+        sql: str,
+        params: list[Any],
+        query: np.ndarray[Any, Any],
+        *,
+        keywords: KeywordRanking | None = None,
+    ) -> Tx[dict[int, tuple[MemoryRow, float, float]]]:
+        """Rows among ``keys`` that match ``sql``: cosine similarity to ``query``, BM25.
+
+        BM25 (0 without ``keywords``) is computed from the postings with the
+        ranking's statistics, as its top ``n`` was.
+        """
         if not keys:
             return {}
+        bm25, bm_params = "0", []
+        if keywords is not None and keywords.live:
+            terms = list(keywords.df)
+            idf = [keywords.idf(t) for t in terms]
+            bm25 = (
+                f"coalesce((SELECT sum(w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * ({1 - B} + "
+                f"{B} * p.dl / %s::float8))) FROM {self.t('keyword_postings')} p JOIN "
+                "unnest(%s::text[], %s::float8[]) AS w(term, idf) ON w.term = p.term "
+                "WHERE p.memory_rowid = m.rowid), 0)"
+            )
+            bm_params = [max(keywords.avgdl, 1e-9), terms, idf]
         raw = yield _Q(
-            f"SELECT {self.cols}, 1 - (m.embedding <=> %s) FROM {self.t('memories')} m "
+            f"SELECT {self.cols}, 1 - (m.embedding <=> %s), {bm25} FROM {self.t('memories')} m "
             f"WHERE m.rowid = ANY(%s) AND {sql}",
-            [np.asarray(query, dtype=np.float32), list(keys), *params],
+            [np.asarray(query, dtype=np.float32), *bm_params, list(keys), *params],
         )
         rows = self.rows(raw)
         return {
-            int(r[0]): (row, float(r[_NCOLS]) if r[_NCOLS] is not None else 0.0)
+            int(r[0]): (
+                row,
+                float(r[_NCOLS]) if r[_NCOLS] is not None else 0.0,
+                float(r[_NCOLS + 1]),
+            )
             for r, row in zip(raw, rows, strict=True)
         }
 
@@ -319,19 +375,43 @@ class _ReadFlows(_FlowBase):
         *,
         include_expired: bool = False,
     ) -> Tx[list[Candidate]]:
-        """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links."""
-        kind, value = scope.items()[0]
-        cache = yield from self.catch_up(kind, value)
-        if cache is None:
-            return []  # nothing bound since the last reset: no vectors anywhere
+        """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links.
+
+        BM25 ranks in SQL over the postings (:meth:`keyword_ranking`), or, with
+        ``keyword_index = "process"``, in a per-process cache of the scope's
+        terms (:meth:`catch_up`; the ranking before schema version 5).
+        """
         sql, params = self.where(scope, where, include_expired)
-        allowed = yield from self.allowed(scope, where, sql, params)
-        if allowed is not None and allowed.size == 0:
-            return []
+        ranked: KeywordRanking | None = None
+        cache: _Cache | None = None
+        allowed: np.ndarray[Any, np.dtype[np.int64]] | None = None
+        if self.keyword_index == "process":
+            kind, value = scope.items()[0]
+            cache = yield from self.catch_up(kind, value)
+            if cache is None:
+                return []  # nothing bound since the last reset: no vectors anywhere
+            allowed = yield from self.allowed(scope, where, sql, params)
+            if allowed is not None and allowed.size == 0:
+                return []
+        else:
+            yield from self.guard_binding(write=False)
         sem = yield from self.nearest(sql, params, query, n)
-        pool = Pool(n, allowed, [int(r[0]) for r in sem], cache.bm25, terms)
-        # What the keyword search kept (a term's postings as arrays) counts now.
-        self.account((kind, value), cache)
+        if cache is not None:
+            pool = Pool(n, allowed, [int(r[0]) for r in sem], cache.bm25, terms)
+            # What the keyword search kept (a term's postings as arrays) counts now.
+            kind, value = scope.items()[0]
+            self.account((kind, value), cache)
+        else:
+            ranked = yield from self.keyword_ranking(scope, where, sql, params, terms, n)
+            pool = Pool(
+                n,
+                None,  # the rows read below are those the SQL allows
+                [int(r[0]) for r in sem],
+                None,
+                terms,
+                keyword_hits=ranked.hits,
+                keyword_best=ranked.best(terms),
+            )
         if entities:
             # Every link of a memory that can end up in the pool: memories of
             # entities with at most n memories (the pool takes them), and the
@@ -364,8 +444,86 @@ class _ReadFlows(_FlowBase):
         keys = pool.keys()
         if keys is None:
             return []
-        found = yield from self.rows_by_rowid([int(x) for x in keys], sql, params, query)
-        return pool.build(keys, ((key, row, cosine) for key, (row, cosine) in found.items()))
+        found = yield from self.rows_by_rowid(
+            [int(x) for x in keys], sql, params, query, keywords=ranked
+        )
+        hits = ((key, row, cosine) for key, (row, cosine, _) in found.items())
+        if ranked is None:
+            return pool.build(keys, hits)
+        scores = {key: bm for key, (_, _, bm) in found.items() if bm > 0}
+        return pool.build(keys, hits, keyword_scores=scores)
+
+    def keyword_ranking(
+        self,
+        scope: Scope,
+        where: Node | None,
+        sql: str,
+        params: list[Any],
+        terms: Sequence[str],
+        n: int,
+    ) -> Tx[KeywordRanking]:
+        """BM25's top ``n`` for ``terms`` and its statistics, in one query.
+
+        The statistics are those the in-process index takes (core/bm25.py):
+        for a search of one user id, every live memory of the user (expired
+        ones too), from the ``keyword_stats`` stripes and the postings of the
+        query terms in the user's index range; for any other search
+        (another id kind, several ids, a filter), the rows the search may
+        return, read from ``memories``.
+        """
+        words = list(dict.fromkeys(terms))
+        if not words or n <= 0:
+            return KeywordRanking.empty()
+        postings, stats = self.t("keyword_postings"), self.t("keyword_stats")
+        kind, value = scope.items()[0]
+        if kind == "user_id" and not narrowed(scope, where):
+            head = (
+                f"st AS MATERIALIZED (SELECT coalesce(sum(docs), 0)::float8 AS n, "
+                f"coalesce(sum(length), 0)::float8 AS len FROM {stats} WHERE user_id = %s), "
+                f"post AS MATERIALIZED (SELECT p.memory_rowid, p.term, p.tf, p.dl FROM {postings} "
+                "p WHERE p.user_id = %s AND p.term = ANY(%s))"
+            )
+            head_params: list[Any] = [value, value, words]
+        else:
+            if narrowed(scope, where):
+                pop, pop_params = sql, params
+            else:  # an agent or run id alone: its live memories, attached ones too
+                member = (
+                    f"(m.{kind} = %s OR m.rowid IN (SELECT memory_rowid FROM "
+                    f"{self.t('memory_scope')} WHERE kind = %s AND value = %s))"
+                )
+                pop, pop_params = f"m.deleted_at IS NULL AND {member}", [value, kind, value]
+            head = (
+                f"pop AS MATERIALIZED (SELECT m.rowid FROM {self.t('memories')} m WHERE {pop}), "
+                "st AS MATERIALIZED (SELECT count(*)::float8 AS n, coalesce(sum(p.tf), 0)::float8 "
+                f"AS len FROM pop JOIN {postings} p ON p.memory_rowid = pop.rowid "
+                "AND p.term = ''), "
+                "post AS MATERIALIZED (SELECT p.memory_rowid, p.term, p.tf, p.dl FROM pop JOIN "
+                f"{postings} p ON p.memory_rowid = pop.rowid AND p.term = ANY(%s))"
+            )
+            head_params = [*pop_params, words]
+        row = yield _Q(
+            f"WITH {head}, "
+            "df AS (SELECT term, count(*)::float8 AS df FROM post GROUP BY term), "
+            "w AS MATERIALIZED (SELECT df.term, df.df, ln(1 + (st.n - df.df + 0.5) / "
+            "(df.df + 0.5)) AS idf, greatest(st.len / st.n, 1e-9) AS avgdl FROM df, st "
+            "WHERE st.n > 0), "
+            f"hits AS (SELECT p.memory_rowid, sum(w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * "
+            f"({1 - B} + {B} * p.dl / w.avgdl))) AS s FROM post p JOIN w ON w.term = p.term "
+            "GROUP BY p.memory_rowid ORDER BY s DESC, p.memory_rowid LIMIT %s) "
+            "SELECT (SELECT n FROM st), (SELECT len FROM st), "
+            "(SELECT array_agg(term) FROM w), (SELECT array_agg(df) FROM w), "
+            "(SELECT array_agg(memory_rowid ORDER BY s DESC, memory_rowid) FROM hits)",
+            [*head_params, n],
+            fetch="one",
+        )
+        live = int(row[0] or 0)
+        return KeywordRanking(
+            hits=[int(x) for x in row[4] or []],
+            live=live,
+            avgdl=float(row[1]) / live if live else 0.0,
+            df={t: int(d) for t, d in zip(row[2] or [], row[3] or [], strict=True)},
+        )
 
     def check_binding(self, model: str | None, dim: str | None) -> bool:
         """Whether the store is bound; raises if it is bound to another embedder than ours."""

@@ -263,6 +263,10 @@ class _FlowBase:
         )
         self.caught_up_rows = 0
         """Rows read by keyword-cache catch-ups so far (a figure for tests and benchmarks)."""
+        self.keyword_index: Literal["database", "process"] = "database"
+        """Where BM25 ranks: in SQL over the postings (``database``), or in a per-process
+        cache of each scope's terms (``process``: the ranking before schema version 5,
+        kept to compare against)."""
 
     def t(self, name: str) -> str:
         """A table of this store, schema-qualified."""

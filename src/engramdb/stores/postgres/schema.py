@@ -203,7 +203,134 @@ CREATE INDEX memory_entities_entity_memory ON {s}.memory_entities (entity_rowid,
 DROP INDEX {s}.memory_entities_entity;
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+# Version 5: keyword ranking in the database (docs/ARCHITECTURE.md). A posting
+# per (live memory, distinct term) with its frequency and the memory's length
+# (``dl``), and one with the empty term per live memory (its length as ``tf``:
+# a memory without terms still counts in the statistics). ``user_id`` is the
+# memory's, so a user's postings of a term are one index range. Per user, the
+# number of live memories and their summed lengths, as rows summed at read
+# (a writer adds one and folds in those no other writer holds: adders of one
+# user never wait on one another for it).
+# Triggers keep both in the transaction of every write that changes a
+# memory's terms, liveness or user (COPY and purge included). Postings hold
+# live memories only; expired ones count, as in the in-process index.
+_V5 = """
+CREATE TABLE {s}.keyword_postings (
+    memory_rowid bigint NOT NULL,
+    term         text NOT NULL,
+    tf           integer NOT NULL,
+    dl           integer NOT NULL,
+    user_id      text,
+    PRIMARY KEY (memory_rowid, term)
+);
+CREATE INDEX keyword_postings_user_term ON {s}.keyword_postings (user_id, term)
+    INCLUDE (memory_rowid, tf, dl);
+CREATE TABLE {s}.keyword_stats (
+    user_id text NOT NULL,
+    docs    bigint NOT NULL,
+    length  bigint NOT NULL
+);
+CREATE INDEX keyword_stats_user ON {s}.keyword_stats (user_id) INCLUDE (docs, length);
+
+-- A memory's terms as the in-process index splits them (on white space).
+CREATE FUNCTION {s}.keyword_words(terms text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $f$ SELECT ARRAY(SELECT t FROM regexp_split_to_table(terms, '\\s+') t WHERE t <> '') $f$;
+
+-- Postings of ``gone`` memories (live before) go, those of ``came`` ones
+-- (live now) come, and the statistics of their users move by the difference.
+CREATE FUNCTION {s}.keyword_apply(
+    gone_ids bigint[], gone_users text[], gone_terms text[],
+    came_ids bigint[], came_users text[], came_terms text[]
+) RETURNS void LANGUAGE plpgsql AS $f$
+BEGIN
+    IF coalesce(cardinality(gone_ids), 0) + coalesce(cardinality(came_ids), 0) = 0 THEN
+        RETURN;
+    END IF;
+    DELETE FROM {s}.keyword_postings WHERE memory_rowid = ANY(gone_ids);
+    INSERT INTO {s}.keyword_postings (memory_rowid, term, tf, dl, user_id)
+        SELECT c.rowid, w.term, w.tf, cardinality(c.words), c.user_id
+        FROM (SELECT u.rowid, u.user_id, {s}.keyword_words(u.terms) AS words
+              FROM unnest(came_ids, came_users, came_terms) AS u(rowid, user_id, terms)) c,
+        LATERAL (SELECT '' AS term, cardinality(c.words) AS tf
+                 UNION ALL SELECT t, count(*)::int FROM unnest(c.words) t GROUP BY t) w;
+    -- A user's statistics are rows summed at read. A write adds one row per
+    -- user it moves (its difference), folding into it every row of the user
+    -- no other transaction holds: never waiting on another writer (SKIP
+    -- LOCKED), and leaving about one row per concurrent writer.
+    WITH d AS (
+        SELECT x.user_id, sum(x.docs) AS docs, sum(x.length) AS length
+        FROM (SELECT g.user_id, -1 AS docs, -cardinality({s}.keyword_words(g.terms)) AS length
+              FROM unnest(gone_users, gone_terms) AS g(user_id, terms)
+              UNION ALL
+              SELECT c.user_id, 1, cardinality({s}.keyword_words(c.terms))
+              FROM unnest(came_users, came_terms) AS c(user_id, terms)) x
+        WHERE x.user_id IS NOT NULL
+        GROUP BY x.user_id HAVING sum(x.docs) <> 0 OR sum(x.length) <> 0
+    ), folded AS (
+        DELETE FROM {s}.keyword_stats k WHERE k.ctid IN (
+            SELECT o.ctid FROM {s}.keyword_stats o WHERE o.user_id IN (SELECT user_id FROM d)
+            FOR UPDATE SKIP LOCKED)
+        RETURNING k.user_id, k.docs, k.length
+    )
+    INSERT INTO {s}.keyword_stats (user_id, docs, length)
+        SELECT a.user_id, sum(a.docs), sum(a.length)
+        FROM (SELECT * FROM d UNION ALL SELECT * FROM folded) a GROUP BY a.user_id;
+END
+$f$;
+
+CREATE FUNCTION {s}.keyword_inserted() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE ci bigint[]; cu text[]; ct text[];
+BEGIN
+    SELECT array_agg(n.rowid), array_agg(n.user_id), array_agg(n.terms) INTO ci, cu, ct
+        FROM new_rows n WHERE n.deleted_at IS NULL;
+    PERFORM {s}.keyword_apply('{{}}', '{{}}', '{{}}', ci, cu, ct);
+    RETURN NULL;
+END
+$f$;
+CREATE FUNCTION {s}.keyword_deleted() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE gi bigint[]; gu text[]; gt text[];
+BEGIN
+    SELECT array_agg(o.rowid), array_agg(o.user_id), array_agg(o.terms) INTO gi, gu, gt
+        FROM old_rows o WHERE o.deleted_at IS NULL;
+    PERFORM {s}.keyword_apply(gi, gu, gt, '{{}}', '{{}}', '{{}}');
+    RETURN NULL;
+END
+$f$;
+CREATE FUNCTION {s}.keyword_updated() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE gi bigint[]; gu text[]; gt text[]; ci bigint[]; cu text[]; ct text[];
+BEGIN
+    -- Only rows whose terms, liveness or user changed.
+    SELECT array_agg(o.rowid) FILTER (WHERE o.deleted_at IS NULL),
+           array_agg(o.user_id) FILTER (WHERE o.deleted_at IS NULL),
+           array_agg(o.terms) FILTER (WHERE o.deleted_at IS NULL),
+           array_agg(n.rowid) FILTER (WHERE n.deleted_at IS NULL),
+           array_agg(n.user_id) FILTER (WHERE n.deleted_at IS NULL),
+           array_agg(n.terms) FILTER (WHERE n.deleted_at IS NULL)
+        INTO gi, gu, gt, ci, cu, ct
+        FROM old_rows o JOIN new_rows n ON n.rowid = o.rowid
+        WHERE (o.terms, o.deleted_at IS NULL, o.user_id)
+            IS DISTINCT FROM (n.terms, n.deleted_at IS NULL, n.user_id);
+    PERFORM {s}.keyword_apply(gi, gu, gt, ci, cu, ct);
+    RETURN NULL;
+END
+$f$;
+
+CREATE TRIGGER keyword_insert AFTER INSERT ON {s}.memories
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {s}.keyword_inserted();
+CREATE TRIGGER keyword_update AFTER UPDATE ON {s}.memories
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.keyword_updated();
+CREATE TRIGGER keyword_delete AFTER DELETE ON {s}.memories
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION {s}.keyword_deleted();
+
+-- Existing memories.
+SELECT {s}.keyword_apply('{{}}', '{{}}', '{{}}', array_agg(m.rowid), array_agg(m.user_id),
+                         array_agg(m.terms))
+    FROM {s}.memories m WHERE m.deleted_at IS NULL;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 """``MIGRATIONS[i]`` takes a schema from version ``i`` to ``i + 1``."""
 
 LATEST = len(MIGRATIONS)
