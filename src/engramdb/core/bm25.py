@@ -1,11 +1,16 @@
 """An in-memory BM25 index over the lemmatised terms of one scope.
 
-Why not rank in the database: the same formula, with statistics from the
-scope being searched, must give the same ranking on every backend (SQLite's
-FTS5 ``bm25()`` and PostgreSQL's ``ts_rank`` differ, and ``ts_rank`` is not
-BM25), and per-scope statistics are what a per-user search wants: a word
-that is rare for this user is informative for this user. The index is a
-cache, rebuilt from the stored terms like the vector index.
+Why not the databases' own ranking: the same formula, with statistics from
+the scope being searched, must give the same ranking on every backend
+(SQLite's FTS5 ``bm25()`` and PostgreSQL's ``ts_rank`` differ, and
+``ts_rank`` is not BM25), and per-scope statistics are what a per-user
+search wants: a word that is rare for this user is informative for this
+user. SQLite ranks with this index, a cache rebuilt from the stored terms
+like the vector index. PostgreSQL (schema version 5) computes the same
+formula in SQL over postings its triggers maintain, with the same
+constants (:data:`K1`, :data:`B`) and :func:`best_score`: a per-process
+copy of every scope's terms cost a load of the whole scope on its first
+search and memory growing with the tenants served (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

@@ -28,9 +28,11 @@ Vectors are a ``vector(dim)`` column searched through an HNSW index
 conditions cut the candidates without starving the result; an exact query
 takes over when the index returns fewer rows than asked.
 
-Keyword search keeps the SQLite backend's ranking exactly: the same
-in-memory :class:`~engramdb.core.bm25.BM25Index` per primary scope id, over
-the same stored terms. A cache catches up by reading rows whose ``txid``
+Keyword search uses the SQLite backend's BM25 formula, computed in SQL
+over postings that triggers keep (schema version 5, ``_reads.py``'s
+``keyword_ranking``). With ``keyword_index = "process"`` it uses, as before,
+the same in-memory :class:`~engramdb.core.bm25.BM25Index` per primary scope
+id over the same stored terms. Such a cache catches up by reading rows whose ``txid``
 (the ``xid8`` of the transaction that last changed them) belongs to a
 transaction that had not ended at the snapshot it last read at (``txid >=
 xmax`` or in ``xip``), so nothing committed late can be missed (a plain
