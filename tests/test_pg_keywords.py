@@ -227,3 +227,16 @@ def test_keyword_index_option_is_checked(pg_config: dict[str, Any]) -> None:
     store = make_store("postgres", {**pg_config, "keyword_index": "process"}, Path("unused"))
     assert isinstance(store, PostgresStore) and store.flows.keyword_index == "process"
     store.close()
+
+
+def test_the_parity_benchmark_runs(pg_server: Any, tmp_path: Path) -> None:
+    from engramdb_bench import pg_keywords
+    from test_bench_pg import tiny_locomo
+
+    report = pg_keywords.run(
+        pg_server.url, data=tiny_locomo(tmp_path / "locomo.json"), sizes=[300], echo=lambda _: None
+    )
+    assert report["parity"]["questions"] == 8
+    assert report["parity"]["mean_top10_overlap"] >= 0.95
+    sized = report["sizes"]["300"]
+    assert sized["database"]["rss_growth_mb"] >= 0 and sized["process"]["p50_ms"] > 0
