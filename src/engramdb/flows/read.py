@@ -79,6 +79,7 @@ from engramdb.search import (
     subject_terms,
     when,
 )
+from engramdb.speakers import name_free_query, speaker_candidates, speaker_terms, spoken_names
 from engramdb.stores.base import MemoryRow, Scope, Store
 
 log = logging.getLogger("engramdb")
@@ -489,7 +490,8 @@ class ReadFlows(FlowState):
         from the query-rewrite lever are searched too and merged (rewrite.py).
         """
         cfg = self.fusion
-        plan = plan_query(query, cfg, subject_terms(scope.user_id))
+        subject = subject_terms(scope.user_id)
+        plan = plan_query(query, cfg, subject)
         second = cfg.rerank if rerank else None
         want = max(k, second.pool) if second is not None else k
         candidates = yield from store_call(
@@ -502,6 +504,23 @@ class ReadFlows(FlowState):
             max(cfg.pool, want),
             include_expired=include_expired,
         )
+        spoken = spoken_names(plan.names, candidates) if cfg.speaker_names else frozenset()
+        if spoken:
+            # The query names a speaker of the scope: search again with the name
+            # as who, not what (speakers.py).
+            plan = plan_query(query, cfg, subject | speaker_terms(spoken))
+            bare_vec = yield EmbedQuery(query_embedding_text(name_free_query(query, spoken), cfg))
+            bare = yield from store_call(
+                Store.candidates,
+                scope,
+                where,
+                bare_vec,
+                plan.terms,
+                plan.entities,
+                max(cfg.pool, want),
+                include_expired=include_expired,
+            )
+            candidates = speaker_candidates(candidates, bare, spoken)
         periods = named_periods(query, cfg, now or utc_now())
         asked = when_asked(query, cfg)
         if subqueries:

@@ -1,0 +1,143 @@
+"""Questions about a speaker of the conversation (speakers.py), on both stores.
+
+The lever, its pure parts, and the attacks on it: a name that is not a
+speaker, a fact that names the speaker (it keeps the whole question's cosine),
+another user's speaker, and the config switch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engramdb import Memory
+from engramdb.core.records import Candidate, MemoryRow
+from engramdb.embedders import LocalEmbedder
+from engramdb.speakers import name_free_query, speaker_candidates, speaker_terms, spoken_names
+
+# Bram addresses Sofia by name; Sofia states her job in the first person.
+_TALK = [
+    ("Bram", "Hey Sofia! How's your week been?"),
+    ("Sofia", "Not bad at all! Tired, but good."),
+    ("Bram", "Sofia, sorry I went quiet, work has been mad."),
+    ("Sofia", "Yep, going strong."),
+    ("Sofia", "Just got my badge for Greystone Insurance, first day tomorrow."),
+    ("Bram", "Sofia, how is life in Gdansk treating you?"),
+    ("Bram", "My brother repairs old bicycles in his garage."),
+]
+_ANSWER = _TALK[4][1]
+_QUESTION = "Where is Sofia employed?"
+
+
+def _open(
+    request: pytest.FixtureRequest, backend: str, db_path: Path, embedder: LocalEmbedder, **r: Any
+) -> Memory:
+    config: dict[str, Any] = {"retrieval": r} if r else {}
+    if backend == "postgres":
+        config["vector_store"] = {
+            "provider": "postgres",
+            "config": request.getfixturevalue("pg_config"),
+        }
+        return Memory(config=config, embedder=embedder, llm=None)
+    return Memory(db_path, config=config or None, embedder=embedder, llm=None)
+
+
+def _talk(m: Memory, user_id: str = "u") -> None:
+    m.add(
+        [{"role": "user", "content": text, "name": who} for who, text in _TALK],
+        user_id=user_id,
+        run_id="s1",
+        infer=False,
+    )
+
+
+def _row(rowid: int, text: str, actor: str | None) -> MemoryRow:
+    return MemoryRow(
+        id=f"m{rowid}",
+        text=text,
+        hash="",
+        user_id="u",
+        agent_id=None,
+        run_id=None,
+        actor_id=actor,
+        role="user",
+        attributed_to=None,
+        memory_type=None,
+        metadata={},
+        created_at="2026-01-01T00:00:00+00:00",
+        updated_at="2026-01-01T00:00:00+00:00",
+        observed_at=None,
+        expires_at=None,
+        deleted_at=None,
+        version=1,
+    )
+
+
+def test_the_name_free_question() -> None:
+    assert name_free_query("What is Sofia's current phone?", ["sofia"]) == "What is current phone?"
+    assert name_free_query("Where is SOFIA employed?", ["sofia"]) == "Where is employed?"
+    # Only whole words: "Sofiane" stays; two-word names go word by word.
+    assert name_free_query("Is Sofiane Sofia's brother?", ["sofia"]) == "Is Sofiane brother?"
+    assert name_free_query("Where does Mary Ann live?", ["mary ann"]) == "Where does live?"
+    # Nothing left: the question as it was, never an empty vector text.
+    assert name_free_query("Sofia?", ["sofia"]) == "Sofia?"
+    assert name_free_query("Where?", []) == "Where?"
+    assert {"sofia"} <= speaker_terms(["sofia"])
+
+
+def test_only_names_that_are_speakers_count() -> None:
+    cands = [
+        Candidate(row=_row(1, "hello", "Sofia"), semantic=0.8, bm25=0.0),
+        Candidate(row=_row(2, "hi", None), semantic=0.8, bm25=0.0),
+    ]
+    assert spoken_names({"sofia", "gdansk"}, cands) == {"sofia"}
+    assert spoken_names({"gdansk"}, cands) == frozenset()
+    assert spoken_names(set(), cands) == frozenset()
+
+
+def test_a_memory_that_names_the_speaker_keeps_the_whole_questions_cosine() -> None:
+    fact = _row(1, "Sofia works at Greystone Insurance.", "Sofia")
+    turn = _row(2, "Just got my badge at Greystone.", "Sofia")
+    only_whole = _row(3, "Sofia's brother lives in Gdansk.", "Bram")
+    whole = [
+        Candidate(row=fact, semantic=0.90, bm25=5.0, entities=[("sofia", 3)]),
+        Candidate(row=turn, semantic=0.85, bm25=1.0),
+        Candidate(row=only_whole, semantic=0.88, bm25=4.0, entities=[("sofia", 3), ("gdansk", 1)]),
+    ]
+    bare = [
+        Candidate(row=fact, semantic=0.70, bm25=2.0, bm25_best=6.0),
+        Candidate(row=turn, semantic=0.86, bm25=1.0, bm25_best=6.0),
+    ]
+    out = {c.row.id: c for c in speaker_candidates(whole, bare, {"sofia"})}
+    assert out["m1"].semantic == 0.90 and out["m1"].bm25 == 2.0  # cosine of the whole question
+    assert out["m2"].semantic == 0.86  # the speaker's own turn: the name-free cosine
+    # Found only with the name: its cosine, none of what the name gave it.
+    assert out["m3"].semantic == 0.88 and out["m3"].bm25 == 0.0
+    assert out["m3"].entities == [("gdansk", 1)] and out["m3"].bm25_best == 6.0
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_question_about_a_speaker_finds_what_she_said(
+    request: pytest.FixtureRequest, backend: str, db_path: Path, embedder: LocalEmbedder
+) -> None:
+    with _open(request, backend, db_path, embedder, speaker_names=False) as m:
+        _talk(m)
+        off = [r["memory"] for r in m.search(_QUESTION, user_id="u", top_k=7)["results"]]
+    # Without the lever Bram's greetings, which say "Sofia", come first.
+    assert off[0] != _ANSWER and off[0].startswith(("Hey Sofia", "Sofia,")), off
+    with _open(request, backend, db_path.with_name("on.db"), embedder) as m:
+        _talk(m)
+        hits = m.search(_QUESTION, user_id="u", top_k=7, explain=True)["results"]
+        assert hits[0]["memory"] == _ANSWER, [h["memory"] for h in hits]
+        assert hits[0]["actor_id"] == "Sofia"
+        # The top_k cut does not change the first answer.
+        assert m.search(_QUESTION, user_id="u", top_k=1)["results"][0]["memory"] == _ANSWER
+        # Another user's store with the same speakers: nothing of "u" comes back.
+        _talk(m, user_id="other")
+        other = m.search(_QUESTION, user_id="other", top_k=7)["results"]
+        assert {h["user_id"] for h in other} == {"other"}
+        # A name that is no speaker here stays a keyword: "Gdansk" finds Bram's turn.
+        city = m.search("Who lives in Gdansk?", user_id="u", top_k=3)["results"]
+        assert city[0]["memory"] == _TALK[5][1]
