@@ -122,12 +122,13 @@ def test_a_memory_that_names_the_speaker_keeps_the_whole_questions_cosine() -> N
 def test_a_question_about_a_speaker_finds_what_she_said(
     request: pytest.FixtureRequest, backend: str, db_path: Path, embedder: LocalEmbedder
 ) -> None:
-    with _open(request, backend, db_path, embedder, speaker_names=False) as m:
+    with _open(request, backend, db_path, embedder) as m:  # the default: off
         _talk(m)
         off = [r["memory"] for r in m.search(_QUESTION, user_id="u", top_k=7)["results"]]
     # Without the lever Bram's greetings, which say "Sofia", come first.
     assert off[0] != _ANSWER and off[0].startswith(("Hey Sofia", "Sofia,")), off
-    with _open(request, backend, db_path.with_name("on.db"), embedder) as m:
+    on = {"speaker_names": True}
+    with _open(request, backend, db_path.with_name("on.db"), embedder, **on) as m:
         _talk(m)
         hits = m.search(_QUESTION, user_id="u", top_k=7, explain=True)["results"]
         assert hits[0]["memory"] == _ANSWER, [h["memory"] for h in hits]

@@ -23,8 +23,9 @@ So when the first candidates show that a name of the query is a speaker
   question, where the name is what tells Sofia's facts from Bram's
   (:func:`speaker_candidates`).
 
-``FusionConfig.speaker_names`` (on) turns it off. Measured in
-docs/retrieval.md ("Questions about a speaker").
+``FusionConfig.speaker_names`` (off by default: it costs a second query
+embedding and candidate read) turns it on. Measured in docs/retrieval.md
+("Questions about a speaker").
 """
 
 from __future__ import annotations
