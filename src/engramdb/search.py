@@ -241,7 +241,7 @@ class FusionConfig(BaseModel):
     or entity key, and left out of the query's vector for the memories whose
     text does not say it (:mod:`engramdb.speakers`). Off by default: it costs a
     second query embedding and candidate read for such queries (search p50 on
-    LoCoMo questions about 8 -> 15 ms, behind mem0's 13 ms), for held-out LoCoMo
+    LoCoMo questions 6.4 -> 15.4 ms, behind mem0's 13 ms), for held-out LoCoMo
     P@1 +0.034 and verbatim "what holds now" +0.084 (docs/retrieval.md)."""
     rrf_k: float = Field(default=60.0, gt=0)
     cosine_floor: float = Field(default=0.7, ge=-1, lt=1)
