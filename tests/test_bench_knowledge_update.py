@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from engramdb import Memory
 from engramdb.cli import app
 from engramdb.embedders import LocalEmbedder
 from engramdb.extract import AdditiveContext, ChatMessage, KnownMemory
@@ -327,6 +328,7 @@ def test_tiny_data_set_figures_by_hand(tiny_report: tuple[dict[str, Any], Path])
         assert overall["as_of_acc"] == 0.5 and overall["previous_r@5"] == 1.0
         assert overall["current_mrr"] == pytest.approx((1.0 + pet["current_mrr"]) / 2, abs=1e-3)
         assert (overall["n_current"], overall["n_as_of"], overall["n_previous"]) == (2, 2, 1)
+        assert overall["top1_stable"] == 1.0
         assert figures["latency"]["search"]["n"] == 5
         assert len(figures["details"]) == 5
     # The same facts linked as a perfect extractor links them: the parrot fact
@@ -440,6 +442,34 @@ def test_questions_are_asked_after_the_last_session(
     }
     assert mrr["end"] >= 0.5 and mrr["clock"] < mrr["end"], mrr
     assert ku._day_after(ku.load(data)[0]) == "2023-08-21T10:00:00+00:00"
+
+
+def test_the_first_answer_does_not_depend_on_top_k(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    """Issue 29: the same top 1 for top_k 5, 10 and 50; the first 20 are settled alike.
+
+    The three conversations of the checked-in set where a top_k of 50 used to
+    order its deeper list differently (a superseder pulled in from rank 21-50
+    lifted over the answer), stored as linked facts.
+    """
+    convs = {c.id: c for c in ku.load(ku.DEFAULT_DATA)}
+    with Memory(tmp_path / "k.db", embedder=embedder, llm=None) as memory:
+        for cid in ("ku02", "ku13", "ku17"):
+            conv = convs[cid]
+            ku.ingest(memory, conv, "linked")
+            for chain in conv.chains:
+                for q in chain.questions:
+                    at = q.date if q.type == "as_of" else ku._day_after(conv)
+                    lists = {
+                        k: [
+                            r["id"]
+                            for r in memory.search(q.text, user_id=cid, top_k=k, as_of=at)[
+                                "results"
+                            ]
+                        ]
+                        for k in (5, 10, 20, 50)
+                    }
+                    assert len({ids[0] for ids in lists.values()}) == 1, q.text
+                    assert lists[50][:20] == lists[20] and lists[10] == lists[20][:10], q.text
 
 
 def test_as_of_answers_what_held_then(tmp_path: Path, embedder: LocalEmbedder) -> None:

@@ -121,6 +121,9 @@ ALL_MODES: Final[tuple[Mode, ...]] = (*MODES, "extracted")
 TURNS_PER_ADD: Final = 10
 """``extracted``: turns of a session per ``add`` (a session is 12-30 turns)."""
 TOP_K: Final = 20
+STABLE_KS: Final = (5, 10, 50)
+"""The top_k values whose top 1 must agree (``top1_stable``): the answer is not a cut."""
+
 METRICS: Final = (
     "current_p@1",
     "current_mrr",
@@ -129,6 +132,7 @@ METRICS: Final = (
     "as_of_acc",
     "previous_p@1",
     "previous_r@5",
+    "top1_stable",
 )
 
 DEFAULT_DATA: Final = Path(__file__).resolve().parents[3] / "tests/data/knowledge_updates.json"
@@ -650,6 +654,13 @@ def _run_mode(
                         for r in found
                     ]
                     figures = score_question(chain, q, ranked)
+                    # The same question at other top_k: is the first answer the same?
+                    firsts = {found[0]["id"] if found else None}
+                    for other in STABLE_KS:
+                        if other != top_k:
+                            cut = memory.search(q.text, user_id=conv.id, top_k=other, as_of=at)
+                            firsts.add(cut["results"][0]["id"] if cut["results"] else None)
+                    figures["top1_stable"] = float(len(firsts) == 1)
                     rows.append((chain.kind, figures))
                     if details:
                         per_question.append(

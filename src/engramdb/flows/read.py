@@ -189,35 +189,33 @@ class ReadFlows(FlowState):
         yield from self._bind()
         vec = yield EmbedQuery(query_embedding_text(text, self.fusion))
         subqueries = yield from self._rewrite(text)
-        # The order is settled on at least ORDER_DEPTH hits and cut to top_k last, so
-        # the first results do not depend on top_k (a superseder found below the
-        # cut still lifts over what it replaces).
-        hits = yield from self._hybrid(
-            scope,
-            where,
-            text,
-            vec,
-            max(k, ORDER_DEPTH),
-            subqueries=subqueries,
-            rerank=rerank is not False,
-            include_expired=bool(show_expired) or at is not None,
-            now=at,
-        )
-        # Read the question's tense only for a lever that uses it (both off by default).
-        present = (
-            self.fusion.present_recency_weight > 0 or self.fusion.present_alike_cosine > 0
-        ) and asks_present(text)
-        hits = apply_recency(hits, self.fusion, at or utc_now(), present=present)
-        hits, supers = yield from self._chains(
-            hits,
-            scope,
-            at,
-            include_superseded=bool(include_superseded),
-            pull=lambda row: where is None or evaluate(where, record_of(row)),
-            previous=asks_previous(text),
-        )
-        if present and self.fusion.present_alike_cosine > 0 and len(hits) > 1:
-            hits = yield from self._newer_first(hits)
+
+        def ordered(
+            depth: int, second: bool = rerank is not False
+        ) -> Flow[tuple[list[Hit], dict[str, list[MemoryRow]]]]:
+            return self._ordered(
+                scope,
+                where,
+                text,
+                vec,
+                depth,
+                subqueries=subqueries,
+                rerank=second,
+                include_expired=bool(show_expired) or at is not None,
+                at=at,
+                include_superseded=bool(include_superseded),
+            )
+
+        # The first ORDER_DEPTH results are settled on ORDER_DEPTH hits whatever
+        # top_k is (a superseder found below the cut still lifts over what it
+        # replaces), so they never depend on top_k; a deeper top_k appends what a
+        # deeper pass finds after them (not reranked: one LLM call a search).
+        hits, supers = yield from ordered(ORDER_DEPTH)
+        if k > ORDER_DEPTH:
+            deeper, more = yield from ordered(k, False)
+            head = {h.row.id for h in hits}
+            hits = hits + [h for h in deeper if h.row.id not in head]
+            supers = {**more, **supers}
         hits = hits[:k]
         found: list[tuple[MemoryRow, dict[str, Any]]] = []
         seen = {h.row.id for h in hits}
@@ -469,6 +467,49 @@ class ReadFlows(FlowState):
             sub_vec = yield EmbedQuery(sub)
             out.append((sub, sub_vec))
         return out
+
+    def _ordered(
+        self,
+        scope: Scope,
+        where: Node | None,
+        text: str,
+        vec: Any,
+        depth: int,
+        *,
+        subqueries: Sequence[tuple[str, Any]],
+        rerank: bool,
+        include_expired: bool,
+        at: str | None,
+        include_superseded: bool,
+    ) -> Flow[tuple[list[Hit], dict[str, list[MemoryRow]]]]:
+        """``depth`` hits in their final order (fusion, levers, chains), and their superseders."""
+        hits = yield from self._hybrid(
+            scope,
+            where,
+            text,
+            vec,
+            depth,
+            subqueries=subqueries,
+            rerank=rerank,
+            include_expired=include_expired,
+            now=at,
+        )
+        # Read the question's tense only for a lever that uses it (both off by default).
+        present = (
+            self.fusion.present_recency_weight > 0 or self.fusion.present_alike_cosine > 0
+        ) and asks_present(text)
+        hits = apply_recency(hits, self.fusion, at or utc_now(), present=present)
+        hits, supers = yield from self._chains(
+            hits,
+            scope,
+            at,
+            include_superseded=include_superseded,
+            pull=lambda row: where is None or evaluate(where, record_of(row)),
+            previous=asks_previous(text),
+        )
+        if present and self.fusion.present_alike_cosine > 0 and len(hits) > 1:
+            hits = yield from self._newer_first(hits)
+        return hits, supers
 
     def _hybrid(
         self,
