@@ -240,3 +240,21 @@ def test_the_parity_benchmark_runs(pg_server: Any, tmp_path: Path) -> None:
     assert report["parity"]["mean_top10_overlap"] >= 0.95
     sized = report["sizes"]["300"]
     assert sized["database"]["rss_growth_mb"] >= 0 and sized["process"]["p50_ms"] > 0
+
+
+def test_the_ranking_does_no_numeric_arithmetic_per_posting(
+    pg_config: dict[str, Any], embedder: LocalEmbedder
+) -> None:
+    """``0.75 * p.dl`` would be ``numeric`` (a quarter of the ranking's time at 100k)."""
+    with _memory(pg_config, embedder) as m:
+        for text in TEXTS:
+            m.add(text, user_id="u", infer=False)
+        flows: Any = m.store.flows  # type: ignore[attr-defined]
+        for scope in (Scope(user_id="u"), Scope(agent_id="a")):
+            sql, params = flows.where(scope, None, False)
+            step = flows.keyword_ranking(scope, None, sql, params, ["lighthouse", "jazz"], 10)
+            query = next(step)
+            with psycopg.connect(pg_config["url"]) as con:
+                plan = con.execute("EXPLAIN (VERBOSE) " + query.sql, query.params).fetchall()
+            scoring = [r[0] for r in plan if ".dl" in r[0]]
+            assert scoring and not any("numeric" in line for line in scoring), scope
