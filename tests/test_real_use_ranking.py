@@ -15,8 +15,14 @@ from engramdb import Memory, search
 from engramdb.core.records import Hit, MemoryRow
 from engramdb.embedders import LocalEmbedder
 from engramdb.expand import same_conversation
-from engramdb.nlp.querytime import asks_present, asks_previous
-from engramdb.search import FusionConfig, plan_query, subject_free_text, subject_terms
+from engramdb.nlp.querytime import asks_present, asks_previous, before_what
+from engramdb.search import (
+    FusionConfig,
+    names_newer,
+    plan_query,
+    subject_free_text,
+    subject_terms,
+)
 from rows import memory_row
 
 
@@ -362,3 +368,61 @@ def test_the_extraction_prompt_shows_the_latest_version_of_a_related_chain(
     prompt = "\n".join(str(msg["content"]) for msg in llm.calls[0].messages)
     assert "Idris lives in Austin, Texas" in prompt
     assert "Moved to Melbourne for the new role" in prompt
+
+
+@pytest.mark.parametrize(
+    ("question", "terms"),
+    [
+        ("What did Bram study before a coding bootcamp?", {"coding", "bootcamp"}),
+        ("Which sport did Sofia play before taking up boxing?", {"take", "box"}),
+        ("Who did Diego date before Hamid?", {"hamid"}),
+        ("What did she drive before?", set()),
+        ("Before the move, where did Dana work?", set()),
+    ],
+)
+def test_before_what(question: str, terms: set[str]) -> None:
+    assert before_what(question) == terms
+
+
+def test_names_newer_needs_a_memory_that_replaced_another() -> None:
+    newer = memory_row("Sofia joined a boxing club in May 2023.")
+    assert names_newer(frozenset({"take", "box"}), {"old": [newer]})  # 1 of 2 terms
+    assert not names_newer(frozenset({"concert"}), {"old": [newer]})
+    assert not names_newer(frozenset(), {"old": [newer]})
+    assert not names_newer(frozenset({"box"}), {})  # nothing was replaced
+
+
+def test_before_a_value_asks_for_what_it_replaced(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    """Issue 29's "before" questions that name the current value, on a linked chain.
+
+    "before boxing" names the newer version: the answer is the one it replaced,
+    whichever ranks higher on the words. "before the concert" names no newer
+    version: an event anchor, the order is left alone.
+    """
+    with Memory(tmp_path / "b.db", embedder=embedder, llm=None) as m:
+        old = m.add(
+            "Sofia swims three times a week.", user_id="s", infer=False, timestamp="2023-01-10"
+        )["results"][0]["id"]
+        new = m.add(
+            "Sofia joined a boxing club and quit swimming.",
+            user_id="s",
+            infer=False,
+            timestamp="2023-05-02",
+            links={old: "updates"},
+        )["results"][0]["id"]
+        m.add(
+            "Sofia went to a Radiohead concert in March.",
+            user_id="s",
+            infer=False,
+            timestamp="2023-03-20",
+        )
+        before = m.search("Which sport did Sofia do before taking up boxing?", user_id="s")
+        assert [r["id"] for r in before["results"][:2]] == [old, new]
+        now = m.search("Which sport does Sofia do now?", user_id="s")["results"]
+        assert now[0]["id"] == new
+        event = m.search("What did Sofia do before the concert?", user_id="s")["results"]
+        plain = m.search("What did Sofia do around the concert?", user_id="s")["results"]
+        # No newer version says "concert": the chain keeps its usual order (newer first).
+        ids = [r["id"] for r in event]
+        assert ids.index(new) < ids.index(old)
+        assert {r["id"] for r in plain} == set(ids)

@@ -58,6 +58,7 @@ __all__ = [
     "document_text",
     "fuse",
     "informative_factors",
+    "names_newer",
     "plan_query",
     "query_embedding_text",
     "rank_superseded",
@@ -801,6 +802,24 @@ def apply_rerank(hits: list[Hit], grades: list[float], weight: float) -> list[Hi
 def when(row: MemoryRow) -> str:
     """When a memory's fact was stated: ``observed_at``, else ``created_at`` (ISO UTC)."""
     return row.observed_at or row.created_at
+
+
+def names_newer(what: frozenset[str], superseders: dict[str, list[MemoryRow]]) -> bool:
+    """Whether a memory that replaced another one says ``what`` (half its terms at least).
+
+    For "What did Bram study before a coding bootcamp?": the coding bootcamp
+    is a newer version of something, so the question asks for what it
+    replaced (:func:`rank_superseded` with ``previous``), not about an event
+    before it. ``what``: :func:`engramdb.nlp.querytime.before_what`.
+    """
+    if not what:
+        return False
+    need = (len(what) + 1) // 2
+    for rows in superseders.values():
+        for row in rows:
+            if len(what & set(index_terms(row.text).split())) >= need:
+                return True
+    return False
 
 
 def rank_superseded(

@@ -61,7 +61,7 @@ from engramdb.flows.shared import (
     message_item,
     record_of,
 )
-from engramdb.nlp.querytime import Period, asks_present, asks_previous
+from engramdb.nlp.querytime import Period, asks_present, asks_previous, before_what
 from engramdb.rewrite import looks_multipart, merge_hits, rewrite_query
 from engramdb.search import (
     FusionConfig,
@@ -72,6 +72,7 @@ from engramdb.search import (
     calibrate,
     document_text,
     fuse,
+    names_newer,
     newer_first,
     plan_query,
     query_embedding_text,
@@ -406,8 +407,13 @@ class ReadFlows(FlowState):
         include_superseded: bool,
         pull: Callable[[MemoryRow], bool],
         previous: bool,
+        before: frozenset[str] = frozenset(),
     ) -> Flow[tuple[list[Hit], dict[str, list[MemoryRow]]]]:
         """Hits ordered by their supersession chains, and every superseder read.
+
+        ``previous``: the question asks for the replaced version; so does one
+        ending "before <what>" (``before``: its terms) when a memory that
+        replaced another says what (:func:`~engramdb.search.names_newer`).
 
         A superseder pulled in for a hit may itself be superseded (single →
         dating → engaged → married): its own superseders are read and the
@@ -425,7 +431,7 @@ class ReadFlows(FlowState):
                 supers,
                 include_superseded=include_superseded,
                 pull=pull,
-                previous=previous,
+                previous=previous or names_newer(before, supers),
             )
             unread = [h.row for h in ranked if h.row.id not in asked]
             if not unread:
@@ -506,6 +512,7 @@ class ReadFlows(FlowState):
             include_superseded=include_superseded,
             pull=lambda row: where is None or evaluate(where, record_of(row)),
             previous=asks_previous(text),
+            before=before_what(text),
         )
         if present and self.fusion.present_alike_cosine > 0 and len(hits) > 1:
             hits = yield from self._newer_first(hits)

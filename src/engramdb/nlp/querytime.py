@@ -16,12 +16,14 @@ import datetime as dt
 import re
 
 from engramdb.nlp.reltime import find_relative_times
+from engramdb.nlp.terms import query_terms
 
 __all__ = [
     "Period",
     "asks_present",
     "asks_previous",
     "asks_when",
+    "before_what",
     "mentions_time",
     "query_periods",
 ]
@@ -200,6 +202,22 @@ def asks_previous(query: str) -> bool:
     is not a question about a replaced value and is not matched.
     """
     return _ASKS_PREVIOUS.search(query) is not None
+
+
+_BEFORE_WHAT = re.compile(r"\bbefore\s+(?P<what>[^?.!,;:]+?)\s*[?.!]*\s*$", re.IGNORECASE)
+
+
+def before_what(query: str) -> frozenset[str]:
+    """The keyword terms of what a question puts "before" at its end ("before boxing").
+
+    "Which sport did Sofia play before taking up boxing?" ->
+    ``{"take", "box"}`` (lemmas, as the index keeps them). Empty when the question ends otherwise. Whether it
+    asks for a replaced value or anchors an event ("before the concert") is
+    not decided here: a search reads it as the former only when a memory
+    that replaced another one says it (``search.names_newer``).
+    """
+    found = _BEFORE_WHAT.search(query)
+    return frozenset(query_terms(found.group("what"))) if found else frozenset()
 
 
 _PRESENT_MARK = re.compile(
