@@ -18,6 +18,7 @@ from engramdb.expand import same_conversation
 from engramdb.nlp.querytime import asks_present, asks_previous, before_what
 from engramdb.search import (
     FusionConfig,
+    before_unlinked,
     names_newer,
     plan_query,
     subject_free_text,
@@ -426,3 +427,26 @@ def test_before_a_value_asks_for_what_it_replaced(tmp_path: Path, embedder: Loca
         ids = [r["id"] for r in event]
         assert ids.index(new) < ids.index(old)
         assert {r["id"] for r in plain} == set(ids)
+
+
+def test_before_a_value_without_links_on_facts_not_on_chat_turns() -> None:
+    """No link to follow: the subject's earlier fact rises above the one that says X."""
+    what = before_what("Which sport did Sofia play before taking up boxing?")
+
+    def hits(*rows: MemoryRow) -> list[Hit]:
+        return [Hit(r, 1.0 - i / 10, {}) for i, r in enumerate(rows)]
+
+    boxing = memory_row("Sofia joined a boxing club.", observed="2023-05-02", actor="Sofia")
+    bram = memory_row("Bram swims on Sundays.", observed="2023-01-01", actor="Bram")
+    later = memory_row("Sofia moved to Gdansk.", observed="2023-06-01", actor="Sofia")
+    swim = memory_row("Sofia swims three times a week.", observed="2023-01-10", actor="Sofia")
+    out = before_unlinked(hits(boxing, bram, later, swim), what)
+    assert [h.row.id for h in out] == [swim.id, boxing.id, bram.id, later.id]
+    assert out[0].score == 1.0 and out[0].explain["before"] == boxing.id
+    # Chat turns ("Switched to boxing!", first person): nothing moves.
+    turn = memory_row("Switched to boxing last week!", observed="2023-05-02", actor="Sofia")
+    old_turn = memory_row("I swim three times a week.", observed="2023-01-10", actor="Sofia")
+    assert before_unlinked(hits(turn, old_turn), what) == hits(turn, old_turn)
+    # No anchor, or no earlier fact of the same person: nothing moves.
+    assert before_unlinked(hits(bram, swim), what) == hits(bram, swim)
+    assert before_unlinked(hits(boxing, bram, later), what) == hits(boxing, bram, later)

@@ -38,6 +38,7 @@ from engramdb.nlp import (
     query_terms,
 )
 from engramdb.nlp.stopwords import STOP_WORDS
+from engramdb.nlp.vocative import without_vocatives
 from engramdb.rerank import RerankConfig
 from engramdb.rewrite import QueryRewriteConfig
 
@@ -53,6 +54,7 @@ __all__ = [
     "ScoreCalibration",
     "apply_recency",
     "apply_rerank",
+    "before_unlinked",
     "calibrate",
     "candidate_features",
     "document_text",
@@ -820,6 +822,54 @@ def names_newer(what: frozenset[str], superseders: dict[str, list[MemoryRow]]) -
             if len(what & set(index_terms(row.text).split())) >= need:
                 return True
     return False
+
+
+def before_unlinked(hits: list[Hit], what: frozenset[str]) -> list[Hit]:
+    """For "... before X?" with no link to follow: the subject's earlier fact first.
+
+    The first hit that says X (half its terms at least) is the anchor; the
+    best-ranked hit *below* it about the same person (``actor_id``), stated
+    earlier and not saying X takes its place and score (the hits in between
+    move down one). Only when the anchor is a fact that names its own
+    ``actor_id`` ("Sofia joined a boxing club", as facts are written): on chat
+    turns ("Switched to boxing last week!") the speaker's earlier turns are
+    mostly about other things, and moving one up was measured to hurt
+    (docs/retrieval.md). Hits in a supersession chain are left alone: their
+    links decide (:func:`rank_superseded`). Without an anchor, or with no such
+    earlier fact, nothing moves.
+    """
+    if not what or len(hits) < 2:
+        return hits
+    need = (len(what) + 1) // 2
+
+    def says(hit: Hit) -> bool:
+        return len(what & set(index_terms(hit.row.text).split())) >= need
+
+    at = next((i for i, h in enumerate(hits) if says(h) and not _in_chain(h.row)), None)
+    if at is None:
+        return hits
+    anchor = hits[at]
+    if not _names_own_actor(anchor.row):
+        return hits  # a chat turn: the speaker's earlier turns are mostly about other things
+    for j in range(at + 1, len(hits)):
+        hit = hits[j]
+        if (
+            hit.row.actor_id == anchor.row.actor_id
+            and when(hit.row) < when(anchor.row)
+            and not _in_chain(hit.row)
+            and not says(hit)
+        ):
+            moved = Hit(hit.row, anchor.score, {**hit.explain, "before": anchor.row.id})
+            return [*hits[:at], moved, *hits[at:j], *hits[j + 1 :]]
+    return hits
+
+
+def _names_own_actor(row: MemoryRow) -> bool:
+    """Whether a memory is a statement *about* its speaker by name (a fact, not a turn)."""
+    if not row.actor_id:
+        return False
+    words = set(index_terms(without_vocatives(row.text)).split())
+    return bool(words & set(index_terms(row.actor_id).split()))
 
 
 def rank_superseded(

@@ -69,6 +69,7 @@ from engramdb.search import (
     QueryPlan,
     apply_recency,
     apply_rerank,
+    before_unlinked,
     calibrate,
     document_text,
     fuse,
@@ -505,6 +506,7 @@ class ReadFlows(FlowState):
             self.fusion.present_recency_weight > 0 or self.fusion.present_alike_cosine > 0
         ) and asks_present(text)
         hits = apply_recency(hits, self.fusion, at or utc_now(), present=present)
+        before = before_what(text)
         hits, supers = yield from self._chains(
             hits,
             scope,
@@ -512,8 +514,10 @@ class ReadFlows(FlowState):
             include_superseded=include_superseded,
             pull=lambda row: where is None or evaluate(where, record_of(row)),
             previous=asks_previous(text),
-            before=before_what(text),
+            before=before,
         )
+        if before and not names_newer(before, supers):
+            hits = before_unlinked(hits, before)
         if present and self.fusion.present_alike_cosine > 0 and len(hits) > 1:
             hits = yield from self._newer_first(hits)
         return hits, supers

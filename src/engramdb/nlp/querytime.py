@@ -211,10 +211,12 @@ def before_what(query: str) -> frozenset[str]:
     """The keyword terms of what a question puts "before" at its end ("before boxing").
 
     "Which sport did Sofia play before taking up boxing?" ->
-    ``{"take", "box"}`` (lemmas, as the index keeps them). Empty when the question ends otherwise. Whether it
-    asks for a replaced value or anchors an event ("before the concert") is
-    not decided here: a search reads it as the former only when a memory
-    that replaced another one says it (``search.names_newer``).
+    ``{"take", "box"}`` (lemmas, as the index keeps them). Empty when the
+    question ends otherwise. Whether it asks for a replaced value or anchors
+    an event ("before the concert") is not decided here: a search reads it as
+    the former when a memory that replaced another one says it
+    (``search.names_newer``), or when a fact about its subject says it
+    (``search.before_unlinked``).
     """
     found = _BEFORE_WHAT.search(query)
     return frozenset(query_terms(found.group("what"))) if found else frozenset()
