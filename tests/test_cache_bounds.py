@@ -423,3 +423,8 @@ def test_engram_bench_tenants_smoke(runner: CliRunner, tmp_path: Path) -> None:
     assert "RSS" in table.stdout and "evictions" in table.stdout
     bad = runner.invoke(app, [*args, "--cache-bytes", "-1"])
     assert bad.exit_code == 2 and "cache_bytes" in bad.output
+    # Where keywords are ranked is a PostgreSQL setting: refused for SQLite, and checked.
+    sqlite = runner.invoke(app, [*args, "--keyword-index", "process"])
+    assert sqlite.exit_code == 2 and "PostgreSQL" in sqlite.output
+    typo = runner.invoke(app, [*args, "--store", "embedded", "--keyword-index", "disk"])
+    assert typo.exit_code == 2 and "keyword_index" in typo.output

@@ -136,6 +136,10 @@ def run(
         raise ValueError("tenants, memories and every must be positive")
     if cache_bytes is not None and cache_bytes < 0:
         raise ValueError("cache_bytes must be >= 0")
+    if keyword_index not in (None, "database", "process"):
+        raise ValueError(f"keyword_index must be 'database' or 'process', got {keyword_index!r}")
+    if keyword_index is not None and store is None:
+        raise ValueError("keyword_index applies to a PostgreSQL store (--store) only")
     if store == "embedded":
         from engramdb_bench._pg import start  # raises PgUnavailable when it cannot
 

@@ -716,6 +716,14 @@ def bench_tenants(
             metavar="BYTES", help="The store's cache_bytes bound (default: the store's, 256 MiB)."
         ),
     ] = None,
+    keyword_index: Annotated[
+        str | None,
+        typer.Option(
+            metavar="WHERE",
+            help="PostgreSQL only: rank keywords in the 'database' (the default) or in a "
+            "per-'process' cache (to compare).",
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option(metavar="FILE", help="Also write the figures to this JSON file.")
     ] = None,
@@ -737,6 +745,7 @@ def bench_tenants(
             every=every,
             store=store,
             cache_bytes=cache_bytes,
+            keyword_index=keyword_index,
             out=out,
             echo=echo,
         )
