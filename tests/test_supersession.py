@@ -383,6 +383,24 @@ def test_rank_superseded_settles_chains() -> None:
     assert [h.row.id for h in kept] == ["b", "a", "x"]
 
 
+def test_rank_superseded_keeps_the_order_of_unrelated_ties() -> None:
+    """A calibrated score is a step function: unrelated hits tie, and keep their order.
+
+    Before, any supersession among the hits re-sorted every tie newest first,
+    so a chain anywhere in the list reordered hits it had nothing to do with.
+    """
+    old = _row("old", "2023-01-01T00:00:00.000000+00:00")
+    new = _row("new", "2023-06-01T00:00:00.000000+00:00")
+    first = _row("first", "2021-01-01T00:00:00.000000+00:00")  # ranked first, said earliest
+    second = _row("second", "2024-01-01T00:00:00.000000+00:00")
+    hits = [Hit(first, 0.4, {}), Hit(second, 0.4, {}), Hit(old, 0.4, {}), Hit(new, 0.2, {})]
+    ranked = rank_superseded(hits, {"old": [new]})
+    # The chain sits where its best member came in; the others keep their places.
+    assert [h.row.id for h in ranked] == ["first", "second", "new", "old"]
+    previous = rank_superseded(hits, {"old": [new]}, previous=True)
+    assert [h.row.id for h in previous] == ["first", "second", "old", "new"]
+
+
 def test_recency_factor_formula() -> None:
     off = FusionConfig()
     row = _row("a", "2023-01-01T00:00:00.000000+00:00")

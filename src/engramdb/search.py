@@ -899,12 +899,17 @@ def rank_superseded(
     if not superseders:
         return hits
     by_id = {h.row.id: h for h in hits}
+    # Where each hit stands in the order it came in: ties keep it (a calibrated
+    # score is a step function, so unrelated hits often tie), and a chain's
+    # members stand where its best-placed member stood.
+    place = {h.row.id: i for i, h in enumerate(hits)}
     order = list(hits)
     for hit in hits:
         for row in superseders.get(hit.row.id, ()):
             if row.id not in by_id and pull(row):
                 pulled = Hit(row, 0.0, {"pulled_for": hit.row.id})
                 by_id[row.id] = pulled
+                place[row.id] = place[hit.row.id]
                 order.append(pulled)
     # Chains (a <- b <- c) settle in at most their length of passes.
     for _ in range(len(order)):
@@ -916,6 +921,8 @@ def rank_superseded(
                     newer.score = hit.score
                     newer.explain = {**newer.explain, "lifted_from": hit.row.id}
                     moved = True
+                if newer is not None and newer.score == hit.score:
+                    place[row.id] = min(place[row.id], place[hit.row.id])
         if not moved:
             break
     if previous:
@@ -929,16 +936,19 @@ def rank_superseded(
                         hit.score = newer.score
                         hit.explain = {**hit.explain, "lifted_from": row.id}
                         moved = True
+                    if newer is not None and newer.score == hit.score:
+                        place[hit.row.id] = min(place[hit.row.id], place[row.id])
             if not moved:
                 break
     superseded = {h.row.id for h in order if superseders.get(h.row.id)}
     if not include_superseded:
         order = [h for h in order if h.row.id not in superseded]
-    # Stable sorts, last key first: score, then superseded after (before, for a
-    # question about the previous value), then newest first.
+    # Stable sorts, last key first: score, then the place it came in at, then
+    # superseded after (before, for a question about the previous value), then
+    # newest first.
     order.sort(key=lambda h: h.row.id)
     order.sort(key=lambda h: when(h.row), reverse=True)
-    order.sort(key=lambda h: (-h.score, (h.row.id in superseded) != previous))
+    order.sort(key=lambda h: (-h.score, place[h.row.id], (h.row.id in superseded) != previous))
     return order
 
 
