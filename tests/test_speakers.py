@@ -15,6 +15,7 @@ import pytest
 from engramdb import Memory
 from engramdb.core.records import Candidate, MemoryRow
 from engramdb.embedders import LocalEmbedder
+from engramdb.nlp.vocative import without_vocatives
 from engramdb.speakers import name_free_query, speaker_candidates, speaker_terms, spoken_names
 
 # Bram addresses Sofia by name; Sofia states her job in the first person.
@@ -142,3 +143,21 @@ def test_a_question_about_a_speaker_finds_what_she_said(
         # A name that is no speaker here stays a keyword: "Gdansk" finds Bram's turn.
         city = m.search("Who lives in Gdansk?", user_id="u", top_k=3)["results"]
         assert city[0]["memory"] == _TALK[5][1]
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("Hi Sofia, sorry I went quiet.", "Hi , sorry I went quiet."),
+        ("Sofia! Finally we're both free.", "! Finally we're both free."),
+        ("Bram, how's the course going?", ", how's the course going?"),
+        ("Thanks, Bram!", "Thanks, !"),
+        # Not addresses: a list, an apposition, a word that opens sentences.
+        ("Caroline, Melanie and I went hiking.", None),
+        ("Paris, the city of lights, was great.", None),
+        ("Well, Mark thinks so.", None),
+        ("hi there, how are you", None),
+    ],
+)
+def test_vocatives(text: str, kept: str | None) -> None:
+    assert without_vocatives(text) == (text if kept is None else kept)

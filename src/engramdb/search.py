@@ -814,14 +814,12 @@ def names_newer(what: frozenset[str], superseders: dict[str, list[MemoryRow]]) -
     replaced (:func:`rank_superseded` with ``previous``), not about an event
     before it. ``what``: :func:`engramdb.nlp.querytime.before_what`.
     """
-    if not what:
-        return False
-    need = (len(what) + 1) // 2
-    for rows in superseders.values():
-        for row in rows:
-            if len(what & set(index_terms(row.text).split())) >= need:
-                return True
-    return False
+    return any(_says(what, row.text) for rows in superseders.values() for row in rows)
+
+
+def _says(what: frozenset[str], text: str) -> bool:
+    """Whether ``text`` holds at least half of the terms ``what`` (none: False)."""
+    return bool(what) and 2 * len(what & _own_terms(text)) >= len(what)
 
 
 def before_unlinked(hits: list[Hit], what: frozenset[str]) -> list[Hit]:
@@ -840,12 +838,10 @@ def before_unlinked(hits: list[Hit], what: frozenset[str]) -> list[Hit]:
     """
     if not what or len(hits) < 2:
         return hits
-    need = (len(what) + 1) // 2
-
-    def says(hit: Hit) -> bool:
-        return len(what & set(index_terms(hit.row.text).split())) >= need
-
-    at = next((i for i, h in enumerate(hits) if says(h) and not _in_chain(h.row)), None)
+    at = next(
+        (i for i, h in enumerate(hits) if _says(what, h.row.text) and not _in_chain(h.row)),
+        None,
+    )
     if at is None:
         return hits
     anchor = hits[at]
@@ -857,7 +853,7 @@ def before_unlinked(hits: list[Hit], what: frozenset[str]) -> list[Hit]:
             hit.row.actor_id == anchor.row.actor_id
             and when(hit.row) < when(anchor.row)
             and not _in_chain(hit.row)
-            and not says(hit)
+            and not _says(what, hit.row.text)
         ):
             moved = Hit(hit.row, anchor.score, {**hit.explain, "before": anchor.row.id})
             return [*hits[:at], moved, *hits[at:j], *hits[j + 1 :]]
@@ -868,8 +864,7 @@ def _names_own_actor(row: MemoryRow) -> bool:
     """Whether a memory is a statement *about* its speaker by name (a fact, not a turn)."""
     if not row.actor_id:
         return False
-    words = set(index_terms(without_vocatives(row.text)).split())
-    return bool(words & set(index_terms(row.actor_id).split()))
+    return bool(_own_terms(without_vocatives(row.text)) & _own_terms(row.actor_id))
 
 
 def rank_superseded(

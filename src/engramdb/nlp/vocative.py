@@ -33,82 +33,15 @@ __all__ = ["without_vocatives"]
 _NAME = r"[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z\u00e0-\u00ff]+)?"
 
 # Words that open a sentence with a comma or "!" and are not names.
-_NOT_NAMES = frozenset(
-    [
-        "yes",
-        "yeah",
-        "yep",
-        "no",
-        "nope",
-        "well",
-        "oh",
-        "ah",
-        "ok",
-        "okay",
-        "so",
-        "and",
-        "but",
-        "sure",
-        "right",
-        "wow",
-        "hey",
-        "hi",
-        "hello",
-        "thanks",
-        "thank",
-        "sorry",
-        "anyway",
-        "also",
-        "still",
-        "now",
-        "then",
-        "honestly",
-        "seriously",
-        "actually",
-        "basically",
-        "luckily",
-        "sadly",
-        "hopefully",
-        "wait",
-        "look",
-        "listen",
-        "man",
-        "dude",
-        "guys",
-        "everyone",
-        "congrats",
-        "congratulations",
-        "cheers",
-        "great",
-        "good",
-        "nice",
-        "cool",
-        "awesome",
-        "amazing",
-        "totally",
-        "absolutely",
-        "definitely",
-        "exactly",
-        "true",
-        "fair",
-        "agreed",
-        "alright",
-        "lol",
-        "haha",
-        "aww",
-        "aw",
-        "omg",
-        "morning",
-        "evening",
-        "afternoon",
-        "night",
-        "today",
-        "tomorrow",
-        "yesterday",
-        "however",
-        "plus",
-    ]
+_NOT_NAME_WORDS = (
+    "yes yeah yep no nope well oh ah ok okay so and but sure right wow hey hi hello "
+    "thanks thank sorry anyway also still now then honestly seriously actually "
+    "basically luckily sadly hopefully wait look listen man dude guys everyone "
+    "congrats congratulations cheers great good nice cool awesome amazing totally "
+    "absolutely definitely exactly true fair agreed alright lol haha aww aw omg "
+    "morning evening afternoon night today tomorrow yesterday however plus"
 )
+_NOT_NAMES = frozenset(_NOT_NAME_WORDS.split())
 
 _GREETING = (
     r"(?i:hi|hey|hello|heya|hiya|howdy|yo|morning|good\s+(?:morning|evening|afternoon|night)|"
@@ -141,6 +74,11 @@ def _blank(match: re.Match[str]) -> str:
     return whole[: start - offset] + whole[end - offset :]
 
 
+def _blank_a_name(match: re.Match[str]) -> str:
+    """:func:`_blank`, unless the word is one that opens a sentence and is no name."""
+    return match.group(0) if match.group("name").lower() in _NOT_NAMES else _blank(match)
+
+
 def without_vocatives(text: str) -> str:
     """``text`` without the names it uses to address someone (see the module docstring).
 
@@ -152,16 +90,6 @@ def without_vocatives(text: str) -> str:
     if not any(c.isupper() for c in text):
         return text
 
-    def opening(match: re.Match[str]) -> str:
-        if match.group("name").lower() in _NOT_NAMES:
-            return match.group(0)
-        return _blank(match)
-
-    def closing(match: re.Match[str]) -> str:
-        if match.group("name").lower() in _NOT_NAMES:
-            return match.group(0)
-        return _blank(match)
-
     text = _AFTER_GREETING.sub(_blank, text)
-    text = _OPENING.sub(opening, text)
-    return _CLOSING.sub(closing, text)
+    text = _OPENING.sub(_blank_a_name, text)
+    return _CLOSING.sub(_blank_a_name, text)
