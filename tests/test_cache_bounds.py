@@ -51,7 +51,8 @@ def _memory(
 ) -> Memory:
     """A Memory on ``backend`` (the same SQLite file / PostgreSQL schema within a test)."""
     if backend == "sqlite" or request is None:
-        config: dict[str, Any] = {"path": str(tmp_path / "tenants.db")}
+        # The per-process keyword cache here too (SQLite ranks in the file by default).
+        config: dict[str, Any] = {"path": str(tmp_path / "tenants.db"), "keyword_index": "process"}
         provider = "sqlite"
     else:
         # The per-process keyword cache (PostgreSQL ranks in SQL by default).

@@ -45,7 +45,14 @@ POSTGRES_PROVIDERS: tuple[str, ...] = ("pgvector", "postgres", "postgresql")
 SUPPORTED_STORES: tuple[str, ...] = ("sqlite", *POSTGRES_PROVIDERS)
 """Provider names :func:`make_store` accepts."""
 
-SQLITE_OPTIONS = ("path", "db_path", "busy_timeout", "max_cached_vectors", "cache_bytes")
+SQLITE_OPTIONS = (
+    "path",
+    "db_path",
+    "busy_timeout",
+    "max_cached_vectors",
+    "cache_bytes",
+    "keyword_index",
+)
 
 POSTGRES_OPTIONS = (
     # where: a URL / libpq string, or mem0's separate keys
@@ -135,6 +142,12 @@ def check_store_config(provider: str, config: Mapping[str, Any]) -> None:
         _check_replica(provider, config)
         return
     _check_keys(provider, config, SQLITE_OPTIONS)
+    if config.get("keyword_index", "database") not in ("database", "process"):
+        raise ConfigError(
+            "sqlite option keyword_index must be 'database' (BM25 over postings in the file) "
+            "or 'process' (a per-process cache of each scope's terms); "
+            f"got {config['keyword_index']!r}"
+        )
     _check_counts(provider, config, ("max_cached_vectors",))
 
 
@@ -240,4 +253,5 @@ def make_store(provider: str, config: Mapping[str, Any], default_path: Path) -> 
         busy_timeout_s=float(config.get("busy_timeout", 30.0)),
         max_cached_vectors=int(config.get("max_cached_vectors", 2_000_000)),
         cache_bytes=int(config.get("cache_bytes", DEFAULT_CACHE_BYTES)),
+        keyword_index=str(config.get("keyword_index", "database")),
     )

@@ -6,6 +6,7 @@ other writers through ``busy_timeout`` (a deferred transaction that later
 upgrades its lock fails with "database is locked" instead of waiting).
 Several processes may share the file the same way.
 
+Keyword terms are ranked over postings kept in the file (``_keywords``).
 Vectors live in the file (float32 BLOBs) and are searched through in-memory
 :class:`~engramdb.core.vectors.VectorIndex` caches, one per primary scope id.
 A store-wide change counter (``meta.seq``, bumped by every write and copied
@@ -43,4 +44,8 @@ class SQLiteStore(_Writes, _Erasure, _Neighbours, _EntityHop, _Entities, _Reads,
         cache_bytes: bound on the bytes of the per-scope caches (vector and
             keyword indexes, row memos) over every scope, least recently used
             out first; default 256 MiB (docs/vector-index.md).
+        keyword_index: where BM25 ranks: ``"database"`` (default) over the
+            postings in the file (schema version 5, ``_keywords``), or
+            ``"process"``, a per-process index of each scope's terms (the
+            ranking before; kept to compare).
     """

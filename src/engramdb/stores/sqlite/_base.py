@@ -47,7 +47,8 @@ from engramdb.stores.kernel.rows import (
     memory_row,
 )
 from engramdb.stores.kernel.sql import SQLITE, live_clause, row_scope_clause
-from engramdb.stores.sqlite.schema import LATEST, MIGRATIONS
+from engramdb.stores.sqlite import _keywords
+from engramdb.stores.sqlite.schema import KEYWORD_BACKFILL_VERSION, LATEST, MIGRATIONS
 
 log = logging.getLogger("engramdb.store")
 
@@ -139,21 +140,24 @@ class _Cache(ScopeCache):
         self,
         dead: Sequence[int],
         live: Sequence[int],
-        terms: Sequence[list[str]],
+        terms: Sequence[list[str]] | None,
         vectors: np.ndarray[Any, Any] | None = None,
         *,
         refit: bool = True,
     ) -> None:
         """Apply a catch-up to both indexes; ``vectors`` holds the ``live`` rows' vectors.
 
-        ``refit=False``: one chunk of a longer catch-up, which refits the
-        vector prefilter once at its end (:meth:`VectorIndex.refit`).
+        ``terms`` None: the keywords rank in the file (``keyword_index =
+        "database"``), the keyword index stays empty. ``refit=False``: one
+        chunk of a longer catch-up, which refits the vector prefilter once
+        at its end (:meth:`VectorIndex.refit`).
         """
         if live and vectors is None:
             raise ValueError("the vector cache needs the vectors of the live rows")
         if dead:
             self.index.remove(np.array(dead, dtype=np.int64))
-        super().apply(dead, live, terms)
+        if terms is not None:
+            super().apply(dead, live, terms)
         if live and vectors is not None:
             self.index.add(np.array(live, dtype=np.int64), vectors, refit=refit)
 
@@ -280,8 +284,19 @@ class _Store:
         busy_timeout_s: float = 30.0,
         max_cached_vectors: int = 2_000_000,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        keyword_index: str = "database",
     ) -> None:
         """Open (creating and migrating if needed) the database at ``path``."""
+        if keyword_index not in ("database", "process"):
+            raise ValueError(
+                f"keyword_index must be 'database' or 'process'; got {keyword_index!r}"
+            )
+        self.keyword_index = keyword_index
+        """Where BM25 ranks: over the postings in the file (``database``, schema version
+        5), or in a per-process index of each scope's terms (``process``, the ranking
+        before; kept to compare). Set it before the first search."""
+        # Whether the schema is current, so write transactions keep the postings.
+        self._keywords_kept = False
         self.path = Path(path).expanduser()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -302,6 +317,7 @@ class _Store:
         )
         self._caches = self._table.entries  # read by bench/perf.py
         self._migrate()
+        self._keywords_kept = True
 
     # -- connections and transactions -------------------------------------------------
 
@@ -350,13 +366,25 @@ class _Store:
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: everything inside commits together or not at all."""
+        """One write transaction: everything inside commits together or not at all.
+
+        The keyword postings of every memory row it touched move before the
+        COMMIT, in the same transaction (``_keywords.flush``).
+        """
         con = self._conn()
+        kept = self._keywords_kept
+        if kept and not getattr(self._local, "keywords", False):
+            with self._translate():
+                for statement in _keywords.TRIGGERS:
+                    con.execute(statement)
+            self._local.keywords = True
         with self._translate():
             con.execute("BEGIN IMMEDIATE")
         try:
             yield con
             with self._translate():
+                if kept:
+                    _keywords.flush(con)
                 con.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -395,6 +423,9 @@ class _Store:
                 log.info("migrating %s to schema version %d", self.path, step + 1)
                 for statement in _split_sql(MIGRATIONS[step]):
                     con.execute(statement)
+                if step + 1 == KEYWORD_BACKFILL_VERSION:
+                    posted = _keywords.rebuild(con)
+                    log.info("posted the keyword terms of %d memories", posted)
                 con.execute(f"PRAGMA user_version = {step + 1}")
 
     # -- embedder binding ----------------------------------------------------------------

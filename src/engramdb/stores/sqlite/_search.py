@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -13,7 +14,9 @@ import numpy as np
 from engramdb.core.filters import Node
 from engramdb.stores.base import Candidate, MemoryRow, Scope
 from engramdb.stores.kernel.candidates import Pool, adds_candidates, narrowed
+from engramdb.stores.sqlite import _keywords
 from engramdb.stores.sqlite._base import _COLS, _META, F32, RowMemo, _Cache, _chunks, _Store
+from engramdb.stores.sqlite._keywords import KeywordRanking
 
 _Memo = tuple[RowMemo, int, str | None]
 """A search's view of its cache's row memo: the memo, the ``seq`` the search
@@ -264,9 +267,15 @@ class _Search(_Store):
         if cache is None:
             return []
         sql, params = self._where(scope, where, include_expired)
+        in_file = self.keyword_index == "database"
+        ranked: KeywordRanking | None = None
         with self._read() as con:
             mode = self._filtered_path
             got: tuple[list[int], list[int]] | None = None
+            if in_file and mode == "post":
+                # The ranking in the file is exact over any population: what "post"
+                # would approximate for the keywords is what "exact" computes.
+                mode = "exact"
             if where is not None and mode in ("post", "exact"):
                 # BM25's statistics over the visible scope; the filter only narrows
                 # what is returned (what post-filtering can compute).
@@ -285,7 +294,19 @@ class _Search(_Store):
                 population = allowed
             if allowed is not None and allowed.size == 0:
                 return []
-            if got is not None:
+            if in_file:
+                ranked = self._keyword_ranking(con, scope, terms, n, allowed, population)
+                sem_keys, _ = cache.index.search(query, n, allowed=allowed)
+                pool = Pool(
+                    n,
+                    allowed,
+                    sem_keys.tolist(),
+                    None,
+                    terms,
+                    keyword_hits=ranked.hits,
+                    keyword_best=ranked.best(terms),
+                )
+            elif got is not None:
                 pool = Pool(
                     n,
                     allowed,
@@ -341,7 +362,61 @@ class _Search(_Store):
         # The rows and degrees this search kept in the cache's memos count now.
         self._account(scope.items()[0], cache)
         cosine = dict(zip(cos_keys.tolist(), cos.tolist(), strict=True))
-        return pool.build(keys, ((key, row, cosine.get(key, 0.0)) for key, row in found.items()))
+        hits = ((key, row, cosine.get(key, 0.0)) for key, row in found.items())
+        if ranked is not None:
+            return pool.build(keys, hits, keyword_scores=ranked.scores_of(keys))
+        return pool.build(keys, hits)
+
+    def _keyword_ranking(
+        self,
+        con: sqlite3.Connection,
+        scope: Scope,
+        terms: Sequence[str],
+        n: int,
+        allowed: np.ndarray[Any, np.dtype[np.int64]] | None,
+        population: np.ndarray[Any, np.dtype[np.int64]] | None,
+    ) -> KeywordRanking:
+        """BM25's top ``n`` over the postings in the file (``keyword_index = "database"``).
+
+        The statistics are those the per-process index takes: ``population``
+        when the search passes one, else every live memory of the primary
+        id (expired ones too): a user's from ``keyword_stats``, an agent's or
+        a run's (attached sessions too) listed here. ``allowed`` narrows
+        what is returned.
+        """
+        kind, value = scope.items()[0]
+        if kind == "user_id":
+            keys = [f"user:{value}"]
+        else:
+            if population is None:
+                member = (
+                    f"(m.{kind} = ? OR m.rowid IN (SELECT memory_rowid FROM memory_scope "
+                    "WHERE kind = ? AND value = ?))"
+                )
+                listed = con.execute(
+                    f"SELECT m.rowid, {_keywords.KEY_SQL} FROM memories m "
+                    f"WHERE m.deleted_at IS NULL AND {member}",
+                    [value, kind, value],
+                ).fetchall()
+                population = np.array([r for r, _ in listed], dtype=np.int64)
+                keys = sorted({str(k) for _, k in listed})
+            else:
+                keys = [
+                    str(k)
+                    for (k,) in con.execute(
+                        f"SELECT DISTINCT {_keywords.KEY_SQL} FROM memories m "
+                        "WHERE m.rowid IN (SELECT value FROM json_each(?))",
+                        (json.dumps(population.tolist()),),
+                    )
+                ]
+        return _keywords.rank(
+            con,
+            keys,
+            terms,
+            n,
+            population=population,
+            allowed=None if allowed is population else allowed,
+        )
 
     def _degrees(
         self,
@@ -521,11 +596,14 @@ class _Search(_Store):
                         [seq, *params],
                     ).fetchone()
                     cache.index.reserve(len(cache.index) + int(count))
+                # Keywords ranked in the file: the terms are not read into the cache.
+                in_file = self.keyword_index == "database"
+                terms_sql = "NULL" if in_file else "f.terms"
+                fts_join = "" if in_file else "LEFT JOIN memory_fts f ON f.rowid = m.rowid "
                 cursor = con.execute(
-                    "SELECT m.rowid, m.deleted_at IS NULL, v.embedding, f.terms FROM memories m "
-                    "JOIN memory_vectors v ON v.memory_rowid = m.rowid "
-                    "LEFT JOIN memory_fts f ON f.rowid = m.rowid "
-                    f"WHERE m.seq > ? AND m.seq <= ? AND {member}",
+                    f"SELECT m.rowid, m.deleted_at IS NULL, v.embedding, {terms_sql} "
+                    "FROM memories m JOIN memory_vectors v ON v.memory_rowid = m.rowid "
+                    f"{fts_join}WHERE m.seq > ? AND m.seq <= ? AND {member}",
                     [cache.seq, seq, *params],
                 )
                 # Applied chunk by chunk: a cold load of a whole scope never holds
@@ -541,7 +619,7 @@ class _Search(_Store):
                     cache.apply(
                         [r[0] for r in rows if not r[1]],
                         [r[0] for r in live],
-                        [(r[3] or "").split() for r in live],
+                        None if in_file else [(r[3] or "").split() for r in live],
                         np.frombuffer(b"".join(r[2] for r in live), dtype=F32).reshape(
                             len(live), -1
                         )

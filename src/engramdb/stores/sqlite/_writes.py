@@ -613,6 +613,10 @@ class _Writes(_Store):
             ):
                 con.execute(f"DELETE FROM {table}")
             con.execute("DELETE FROM memory_fts")
+            for table in ("keyword_postings", "keyword_docs", "keyword_stats"):
+                con.execute(f"DELETE FROM {table}")
+            # Nothing left to post: the rows the DELETE noted need no comparing.
+            con.execute("DELETE FROM temp.keyword_dirty")
             con.execute("DELETE FROM meta WHERE key IN ('embedder_model', 'embedder_dim')")
             con.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'epoch'")
         self._scrub()

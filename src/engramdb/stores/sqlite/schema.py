@@ -8,7 +8,7 @@ version intact. A file whose version is newer than :data:`LATEST` is refused.
 
 from __future__ import annotations
 
-__all__ = ["LATEST", "MIGRATIONS"]
+__all__ = ["KEYWORD_BACKFILL_VERSION", "LATEST", "MIGRATIONS"]
 
 _V1 = """
 CREATE TABLE meta (
@@ -204,7 +204,37 @@ CREATE INDEX memories_tally ON memories(user_id, agent_id, run_id, created_at, d
     expires_at);
 """
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
+# Version 5: keyword ranking in the file (stores/sqlite/_keywords.py,
+# docs/ARCHITECTURE.md "Keyword ranking inside SQLite"). Postings in segments
+# per (key, term), per-key statistics, and what is posted for each live
+# memory. The store's writes keep them (TEMP triggers note the rows a write
+# touches; the postings move before its COMMIT); the migration backfills
+# them in Python after these statements (KEYWORD_BACKFILL_VERSION).
+_V5 = """
+CREATE TABLE keyword_postings (
+    rowid    INTEGER PRIMARY KEY,
+    key      TEXT NOT NULL,          -- 'user:<id>' for a user's memories, else the owner
+    term     TEXT NOT NULL,          -- '' : one posting per live memory, its length as tf
+    seg      INTEGER NOT NULL,
+    postings BLOB NOT NULL,          -- (row int64, tf uint32, dl uint32) little-endian
+    UNIQUE (key, term, seg)
+);
+CREATE TABLE keyword_stats (
+    key    TEXT PRIMARY KEY,
+    docs   INTEGER NOT NULL,
+    length INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE keyword_docs (
+    memory_rowid INTEGER PRIMARY KEY,  -- no foreign key: a purge reads it after the row went
+    key          TEXT NOT NULL,
+    terms        TEXT NOT NULL
+);
+"""
+
+KEYWORD_BACKFILL_VERSION = 5
+"""The version whose migration ends by posting every live memory (``_keywords.rebuild``)."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
 """``MIGRATIONS[i]`` takes a file from version ``i`` to ``i + 1``."""
 
 LATEST = len(MIGRATIONS)
