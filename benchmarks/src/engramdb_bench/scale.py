@@ -42,13 +42,21 @@ measured is the store and the server ("without the query embedding").
 Tenants get lognormal sizes (``--skew``; 0: all equal) with the mean
 ``--per-tenant``, in contiguous blocks, so growing the store adds tenants.
 
-**Loading** goes through the public API, ``Memory.add(infer=False)`` with up
-to 500 messages a call, one tenant a call (``--loaders`` processes at once):
-the store's own add writes every row, hash, term, entity link, message and
-history entry, so the store's invariants hold whatever its schema. It is
-slower than ``COPY`` into the tables would be; ``--budget-min`` stops growing
-(and says so in the report) once the next size would not load in time at the
-rate measured so far.
+**Loading** on PostgreSQL (``--load copy``, the default) runs the add flow
+for every memory and writes the rows ``Store.add`` would write by ``COPY``, in
+batches from ``--loaders`` processes (:mod:`engramdb_bench._scale_load`, which
+says what it skips and why no row differs); the first tenant goes through
+``Memory.add`` itself, which binds the store. A load that at least doubles
+the store drops the HNSW index and builds it again after, and each load ends
+with ``VACUUM (ANALYZE)``. ``--load api`` (and SQLite always) goes through the
+public API, ``Memory.add(infer=False)`` with up to 500 messages a call, one
+tenant a call: slower. ``--budget-min`` stops growing (and says so in the
+report) once the next size would not load in time at the rate measured so far.
+
+``--sweep-tenants N`` adds, at the largest size, one fresh process serving
+``N`` distinct tenants one search each, its RSS read every ``N / 250``
+tenants: RSS against tenants served well past the sampled few hundred.
+``--shared-buffers`` sizes the embedded server's buffers.
 
 ``engram serve``'s own code serves (``engramdb.server.runner.serve``: uvicorn
 over ``create_app(AsyncMemory)``, ``--engine sync``: ``Memory``); the worker
@@ -115,6 +123,12 @@ ADD_BASE: Final = 1_000_000_000
 MAX_CALL: Final = 500
 """Messages per ``Memory.add`` call while loading (the default ``limits.max_messages``)."""
 _MARK: Final = re.compile(r" \[#(\d+)\]$")
+_LOADING: Final = {
+    "api": "Memory.add(infer=False), up to 500 messages a call, one tenant a call",
+    "copy": "the first tenant through Memory.add(infer=False), the rest by COPY of the rows "
+    "Store.add writes (engramdb_bench._scale_load); HNSW index built after a load that "
+    "at least doubles the store; VACUUM (ANALYZE) after each load",
+}
 _KU_DATA: Final = Path(__file__).resolve().parents[3] / "tests/data/knowledge_updates.json"
 _FACTS: Final = Path(__file__).with_name("data") / "personal_facts.json"
 _FALLBACK_QUERIES: Final = (
@@ -469,6 +483,51 @@ def _load(
     return added
 
 
+def _copy_load(
+    state: _State,
+    start: int,
+    stop: int,
+    loaders: int,
+    tick: Callable[..., None],
+    phases: dict[str, float],
+) -> int:
+    """Grow a PostgreSQL store by COPY (:mod:`engramdb_bench._scale_load`); the memories added.
+
+    The first tenant goes through ``Memory.add`` (it binds the store: the vector
+    column's type and the HNSW index). A load that at least doubles the store
+    drops the HNSW index and builds it again after; every load ends with
+    ``VACUUM (ANALYZE)``. ``phases`` gets the seconds of each part.
+    """
+    from engramdb_bench import _scale_load as fast
+
+    pg = state.config["config"]
+    url, schema = str(pg["url"]), str(pg["collection_name"])
+    got = 0
+    t = time.perf_counter()
+    if start == 0:
+        first = min(stop, int(state.layout.ends[0]))
+        got += _load(state.config, state.pool_path, state.layout, 0, first, 1, tick)
+        start = first
+        phases["api_s"] = time.perf_counter() - t
+    if start < stop:
+        rebuild = stop - start >= start
+        t = time.perf_counter()
+        if rebuild:
+            fast.drop_index(url, schema)
+        per_batch = max(50, min(2_000, (stop - start) // max(1, 4 * loaders)))
+        batches = _batches(state.layout, start, stop, per_batch)
+        got += fast.run_copy_load(url, schema, str(state.pool_path), batches, loaders, tick)
+        phases["copy_s"] = time.perf_counter() - t
+        if rebuild:
+            t = time.perf_counter()
+            fast.build_index(url, schema)
+            phases["index_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    fast.vacuum(url, schema)
+    phases["vacuum_s"] = time.perf_counter() - t
+    return got
+
+
 # ------------------------------------------------------------------ servers
 
 
@@ -773,7 +832,10 @@ class Settings:
     warm_searches: int = 2
     adds: int = 200
     recall_tenants: int = 100
-    loaders: int = 1
+    loaders: int = 2
+    load: str = "copy"
+    sweep_tenants: int = 0
+    shared_buffers: str = "1GB"
     embedder: str = "local"
     data: Path | None = None
     seed: int = 0
@@ -797,6 +859,10 @@ class Settings:
             raise ValueError("embedder must be 'local' or 'fast'")
         if self.engine not in ("async", "sync"):
             raise ValueError("engine must be 'async' or 'sync'")
+        if self.load not in ("copy", "api"):
+            raise ValueError("load must be 'copy' or 'api'")
+        if self.sweep_tenants < 0:
+            raise ValueError("sweep tenants must be 0 (none) or more")
 
 
 @dataclass
@@ -819,7 +885,7 @@ class _State:
     next_add: int = ADD_BASE
 
 
-EMBEDDED_STORE: Final = "postgresql (embedded, synchronous_commit=off, shared_buffers=512MB)"
+EMBEDDED_STORE: Final = "postgresql (embedded, synchronous_commit=off, shared_buffers={})"
 
 
 def run(
@@ -852,13 +918,13 @@ def run(
             None,
             durable=True,
             prefix="engram-scale-pg-",
-            extra="-c synchronous_commit=off -c shared_buffers=512MB",
+            extra=f"-c synchronous_commit=off -c shared_buffers={s.shared_buffers}",
         )
         try:
             report = _run(server.url, s, progress, echo)
         finally:
             server.stop()
-        report["store"] = EMBEDDED_STORE
+        report["store"] = EMBEDDED_STORE.format(s.shared_buffers)
     else:
         report = _run(store, s, progress, echo)
     if out is not None:
@@ -927,7 +993,7 @@ def _run(store: str | None, s: Settings, progress: bool, echo: Echo) -> dict[str
             "questions": len(pool.questions),
             "sources": pool.sources,
         },
-        "loading": "Memory.add(infer=False), up to 500 messages a call, one tenant a call",
+        "loading": _LOADING["copy" if postgres and s.load == "copy" else "api"],
         "steps": steps,
         "not_reached": not_reached,
         "seconds": round(time.perf_counter() - started, 1),
@@ -972,19 +1038,27 @@ def _step(
     """Grow the store to ``size``, measure every process count, count and recall."""
     before = state.loaded
     t0 = time.perf_counter()
+    phases: dict[str, float] = {}
     with bars.bar(f"loading to {size:,}", size - before) as tick:
-        got = _load(state.config, state.pool_path, state.layout, before, size, s.loaders, tick)
+        if postgres and s.load == "copy":
+            got = _copy_load(state, before, size, s.loaders, tick, phases)
+        else:
+            got = _load(state.config, state.pool_path, state.layout, before, size, s.loaders, tick)
     took = time.perf_counter() - t0
     state.load_seconds += took
     if got != size - before:
         raise RuntimeError(f"loaded {got} memories, expected {size - before}")
     state.loaded = size
     tenants = state.layout.tenants(size)
+    detail = ", ".join(f"{k[:-2]} {v:.0f} s" for k, v in phases.items())
     echo(
         f"size {size:,}: {tenants:,} tenants; {got:,} memories loaded in {took:.0f} s "
-        f"({got / max(took, 1e-9):.0f}/s)"
+        f"({got / max(took, 1e-9):.0f}/s{'; ' + detail if detail else ''})"
     )
     runs = [_serve_and_measure(size, tenants, count, s, state, bars, echo) for count in s.processes]
+    sweep = None
+    if s.sweep_tenants and size == s.sizes[-1]:
+        sweep = _sweep(size, tenants, s, state, bars, echo)
     if "mem" not in _LOADER:
         _loader_init(state.config, str(state.pool_path))
     mem = _LOADER["mem"]
@@ -995,7 +1069,9 @@ def _step(
         "largest_tenant": max(present),
         "load_s": round(took, 1),
         "load_memories_per_s": round(got / took, 1) if took else None,
+        "load_phases_s": {k: round(v, 1) for k, v in phases.items()},
         "runs": runs,
+        "sweep": sweep,
         "expected_count": size + state.add_count,
         "stored_count": int(mem.store.count()),
         "recall": _step_recall(
@@ -1011,23 +1087,13 @@ def _serve_and_measure(
     size: int, tenants: int, count: int, s: Settings, state: _State, bars: Progress, echo: Echo
 ) -> dict[str, Any]:
     """Start ``count`` server processes; searches, adds and RSS; stop them."""
-    import httpx
-
     headers = {"X-API-Key": state.key}
-    warmup = Layout.name(tenants - 1)  # warms each process (first-call costs); never sampled
     rng = state.rng
     t0 = time.perf_counter()
     workers = _start_workers(count, state.spec, state.work, timeout=180)
     started_s = time.perf_counter() - t0
     try:
-        for w in workers:
-            for question in state.pool.questions[:: max(1, len(state.pool.questions) // 10)]:
-                httpx.post(
-                    f"{w.url}/search",
-                    headers=headers,
-                    timeout=120,
-                    json={"query": question, "user_id": warmup},
-                ).raise_for_status()
+        _warm_up(workers, headers, state, tenants)
         rss_start = [_rss(w.pid) for w in workers]
         candidates = max(1, tenants - 1)
         sample = [
@@ -1080,6 +1146,68 @@ def _serve_and_measure(
     }
     echo(f"  {_run_line(size, figures)}")
     return figures
+
+
+def _warm_up(
+    workers: Sequence[_Worker], headers: dict[str, str], state: _State, tenants: int
+) -> None:
+    """Ten searches of the last tenant (never sampled) per process: first-call costs."""
+    import httpx
+
+    warmup = Layout.name(tenants - 1)
+    for w in workers:
+        for question in state.pool.questions[:: max(1, len(state.pool.questions) // 10)]:
+            httpx.post(
+                f"{w.url}/search",
+                headers=headers,
+                timeout=120,
+                json={"query": question, "user_id": warmup},
+            ).raise_for_status()
+
+
+def _sweep(
+    size: int, tenants: int, s: Settings, state: _State, bars: Progress, echo: Echo
+) -> dict[str, Any]:
+    """One fresh process serves ``sweep_tenants`` distinct tenants, one search each; its RSS."""
+    headers = {"X-API-Key": state.key}
+    workers = _start_workers(1, state.spec, state.work, timeout=180)
+    try:
+        _warm_up(workers, headers, state, tenants)
+        candidates = max(1, tenants - 1)
+        count = min(s.sweep_tenants, candidates)
+        sample = [int(t) for t in state.rng.choice(candidates, size=count, replace=False)]
+        with bars.bar(f"{size:,}: {count:,} tenants, one process", count) as tick:
+            phase, wall = asyncio.run(
+                _searches(
+                    workers, headers, sample, 0, s.clients, state.pool.questions, state.rng,
+                    max(1, count // 250), tick,
+                )
+            )  # fmt: skip
+    finally:
+        _stop_workers(workers)
+    curve = phase.curve[0]
+
+    def at(served: int) -> dict[str, Any]:
+        return min(curve, key=lambda c: abs(c["tenants_served"] - served))
+
+    first, last = at(min(1_000, count)), curve[-1]
+    search = {**_lat(phase.cold), "errors": phase.errors}
+    out: dict[str, Any] = {
+        "tenants": count,
+        "search": search,
+        "per_s": round(len(phase.cold) / wall, 1) if wall else None,
+        "rss_at_1000": first,
+        "rss_at_end": last,
+        "rss_growth_bytes": (last["rss_bytes"] or 0) - (first["rss_bytes"] or 0),
+        "curve": curve,
+    }
+    echo(
+        f"  sweep: one process, {count:,} tenants one search each: p50/p95 "
+        f"{_ms(search)} ms; RSS {_mb(first['rss_bytes'])} MB after "
+        f"{first['tenants_served']:,} tenants, {_mb(last['rss_bytes'])} MB after "
+        f"{last['tenants_served']:,}"
+    )
+    return out
 
 
 def _step_recall(
@@ -1171,6 +1299,16 @@ def format_report(report: dict[str, Any]) -> str:
             )
     for step in report["steps"]:
         lines.append(_step_lines(step))
+        sweep = step.get("sweep")
+        if sweep:
+            lines.append(
+                f"size {step['size']:,}, one process serving {sweep['tenants']:,} tenants (one "
+                f"search each): p50/p95 {_ms(sweep['search'])} ms; RSS "
+                f"{_mb(sweep['rss_at_1000']['rss_bytes'])} MB after "
+                f"{sweep['rss_at_1000']['tenants_served']:,} tenants, "
+                f"{_mb(sweep['rss_at_end']['rss_bytes'])} MB after "
+                f"{sweep['rss_at_end']['tenants_served']:,}"
+            )
     for miss in report["not_reached"]:
         lines.append(
             f"not reached: {miss['size']:,} memories (about {miss['estimated_load_min']} more "
@@ -1216,6 +1354,11 @@ def plot(report: dict[str, Any], path: Path) -> str | None:
     ]
     ax1.legend(handles=handles, fontsize=7, ncol=2)
     last = steps[-1]
+    sweep = last.get("sweep")
+    if sweep:
+        xs = [c["tenants_served"] for c in sweep["curve"]]
+        ys = [(c["rss_bytes"] or 0) / 1e6 for c in sweep["curve"]]
+        ax3.plot(xs, ys, marker=".", color="black", label="1 proc, tenant sweep")
     for r in last["runs"]:
         for n, proc in enumerate(r["rss"]):
             xs = [c["tenants_served"] for c in proc["curve"]]
@@ -1261,7 +1404,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-searches", type=int, default=2)
     parser.add_argument("--adds", type=int, default=200)
     parser.add_argument("--recall-tenants", type=int, default=100)
-    parser.add_argument("--loaders", type=int, default=1)
+    parser.add_argument("--loaders", type=int, default=2)
+    parser.add_argument("--load", choices=("copy", "api"), default="copy")
+    parser.add_argument("--sweep-tenants", type=int, default=0)
+    parser.add_argument("--shared-buffers", default="1GB")
     parser.add_argument("--embedder", choices=("local", "fast"), default="local")
     parser.add_argument("--engine", choices=("async", "sync"), default="async")
     parser.add_argument("--data", type=Path, default=None, help="LoCoMo JSON ($ENGRAM_LOCOMO)")
@@ -1291,6 +1437,9 @@ def main(argv: list[str] | None = None) -> int:
         adds=args.adds,
         recall_tenants=args.recall_tenants,
         loaders=args.loaders,
+        load=args.load,
+        sweep_tenants=args.sweep_tenants,
+        shared_buffers=args.shared_buffers,
         embedder=args.embedder,
         engine=args.engine,
         data=args.data or default_data_path(),
