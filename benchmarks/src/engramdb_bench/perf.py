@@ -1289,6 +1289,92 @@ def run(
     return report
 
 
+def run_cold(
+    size: int = 100_000,
+    out: str | Path | None = None,
+    *,
+    data: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    workdir: str | Path | None = None,
+    repeats: int = 3,
+    queries: int = 300,
+    seed: int = 0,
+    echo: Echo | None = print,
+) -> dict[str, Any]:
+    """Only the cold start at ``size``: the probe ``repeats`` times, then warm searches.
+
+    The store is filled as the full run fills its search store (kept in
+    ``workdir`` as ``cold-<size>.db`` and reused when it is there, so code
+    before and after can be timed on one file). Each probe is a fresh
+    process: load the model, open the store, one ``Memory.search`` (its wall
+    time, RSS after it and peak RSS). Then, in this process, a freshly
+    opened store's first search and ``queries`` warm searches without the
+    query embedding (the stand-in embedder), p50 / p95.
+    """
+    say: Echo = echo if echo is not None else (lambda _line: None)
+    data_path = resolve_data_path(data)
+    if not data_path.is_file():
+        raise FileNotFoundError(f"LoCoMo file not found: {data_path}")
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    plan = dataclasses.replace(_FULL, search_queries=queries)
+    embedder = LocalEmbedder(batch_size=SMALL_BATCH)
+    corpus = _load_corpus(data_path, embedder, cache, plan, seed)
+    texts, vectors, _ = _fill_set(corpus, size, seed)
+    stand_in = PrecomputedEmbedder(embedder.model, embedder.dim)
+    stand_in.add_documents(texts, vectors)
+    stand_in.add_queries(corpus.questions, corpus.query_vectors)
+    loadavg_start = [round(x, 2) for x in os.getloadavg()]
+    with tempfile.TemporaryDirectory(prefix="engramdb-perf-") as tmp:
+        base = Path(workdir).expanduser() if workdir is not None else Path(tmp)
+        base.mkdir(parents=True, exist_ok=True)
+        path = base / f"cold-{size}.db"
+        if not path.exists():
+            with Memory(path, embedder=stand_in) as mem:
+                say(f"filling {path} to {size} memories ...")
+                _fill(mem, texts, 0, size, max(1, min(BULK_BATCH, size // 20)), 0)
+        probes = []
+        for repeat in range(repeats):
+            say(f"probe {repeat + 1}/{repeats} (fresh process: model, open, first search) ...")
+            probes.append(_run_probe(path, SEARCH_USER, corpus.questions[repeat]))
+        say("a fresh store object's first search, then warm searches without the embedding ...")
+        with Memory(path, embedder=stand_in) as mem:
+            with _clock() as cold:
+                mem.search(corpus.questions[-1], user_id=SEARCH_USER, top_k=TOP_K)
+            questions = _cycle(corpus.questions, queries)
+            warm = _timed_calls(
+                lambda i: mem.search(questions[i], user_id=SEARCH_USER, top_k=TOP_K),
+                len(questions),
+                _FULL.warmup,
+            )
+    report: dict[str, Any] = {
+        "benchmark": "engramdb_bench.perf cold",
+        "size": size,
+        "loadavg": [loadavg_start, [round(x, 2) for x in os.getloadavg()]],
+        "probes": probes,
+        "cold_no_embed_ms": _ms(cold.wall),
+        "cold_no_embed_cpu_ms": _ms(cold.cpu),
+        "warm_no_embed": _latency(warm),
+    }
+    for probe in probes:
+        if probe and "rss_bytes" in probe:
+            say(
+                f"probe: first search {probe['cold_search_e2e_ms']} ms "
+                f"(CPU {probe['cold_search_e2e_cpu_ms']}), RSS after it "
+                f"{_mb(probe['rss_bytes'].get('after_search'))} MB, peak "
+                f"{_mb(probe.get('peak_rss_bytes'))} MB"
+            )
+        else:
+            say(f"probe failed: {probe}")
+    fig = report["warm_no_embed"]
+    say(
+        f"first search without the embedding {report['cold_no_embed_ms']} ms; warm "
+        f"p50/p95 {fig['p50_ms']}/{fig['p95_ms']} ms (CPU {fig['cpu_p50_ms']}/{fig['cpu_p95_ms']})"
+    )
+    if out is not None:
+        Path(out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry: ``python -m engramdb_bench.perf``."""
     parser = argparse.ArgumentParser(
@@ -1307,6 +1393,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the filtered and two-scope searches, before/after, at the largest size",
     )
+    parser.add_argument(
+        "--cold-only",
+        action="store_true",
+        help="only the cold start at the largest size: probes, then warm searches "
+        "(with --workdir the filled file is kept and reused)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="probes with --cold-only")
     # The memory probe: this module re-run in a fresh process (see _probe).
     parser.add_argument("--probe", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--probe-user", default=SEARCH_USER, help=argparse.SUPPRESS)
@@ -1321,6 +1414,12 @@ def main(argv: list[str] | None = None) -> int:
             sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
         except ValueError:
             parser.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
+    if args.cold_only:
+        run_cold(
+            max(sizes or DEFAULT_SIZES), args.out, data=args.data, cache_dir=args.cache_dir,
+            workdir=args.workdir, repeats=args.repeats, seed=args.seed,
+        )  # fmt: skip
+        return 0
     if args.narrowed_only:
         run_narrowed(
             max(sizes or DEFAULT_SIZES), args.out, data=args.data, cache_dir=args.cache_dir,
