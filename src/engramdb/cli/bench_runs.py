@@ -791,7 +791,25 @@ def bench_scale(
     recall_tenants: Annotated[
         int, typer.Option(metavar="N", help="Random tenants for recall@10 against exact.")
     ] = 100,
-    loaders: Annotated[int, typer.Option(metavar="N", help="Processes loading at once.")] = 1,
+    loaders: Annotated[int, typer.Option(metavar="N", help="Processes loading at once.")] = 2,
+    load: Annotated[
+        str,
+        typer.Option(
+            metavar="HOW",
+            help="copy: the add flow's rows written by COPY (PostgreSQL; fast); api: "
+            "Memory.add (SQLite always).",
+        ),
+    ] = "copy",
+    sweep_tenants: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            help="At the largest size, one process serves N tenants (one search each): RSS.",
+        ),
+    ] = 0,
+    shared_buffers: Annotated[
+        str, typer.Option(metavar="SIZE", help="shared_buffers of the embedded server.")
+    ] = "1GB",
     embedder: Annotated[
         str,
         typer.Option(
@@ -814,10 +832,11 @@ def bench_scale(
 ) -> None:
     """Many tenants, many processes: search, adds, RSS and recall as the store grows.
 
-    Loads synthetic-from-real memories through Memory.add (infer=False) size by
-    size; at each size starts 1, 2 and 4 server processes over the same store and
-    measures cold and warm search p50/p95 for random tenants, concurrent adds, RSS
-    per process against tenants served, and recall@10 against exact per tenant.
+    Loads synthetic-from-real memories size by size (on PostgreSQL the add flow's
+    rows written by COPY; through Memory.add with --load api); at each size
+    starts 1, 2 and 4 server processes over the same store and measures cold and
+    warm search p50/p95 for random tenants, concurrent adds, RSS per process
+    against tenants served, and recall@10 against exact per tenant.
     """
     import sys
 
@@ -847,6 +866,9 @@ def bench_scale(
                 adds=adds,
                 recall_tenants=recall_tenants,
                 loaders=loaders,
+                load=load,
+                sweep_tenants=sweep_tenants,
+                shared_buffers=shared_buffers,
                 embedder=embedder,
                 data=data,
                 budget_min=budget_min,
