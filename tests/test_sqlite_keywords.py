@@ -305,7 +305,7 @@ def test_the_migration_fills_the_postings_of_an_old_file(
     con = sqlite3.connect(path)
     con.executescript(
         "DROP TABLE keyword_postings; DROP TABLE keyword_stats; DROP TABLE keyword_docs; "
-        "PRAGMA user_version = 4;"
+        "DROP TABLE memory_codes; DROP TABLE vector_basis; PRAGMA user_version = 4;"
     )
     con.close()
     with _memory(path, embedder) as m:

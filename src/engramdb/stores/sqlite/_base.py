@@ -16,7 +16,7 @@ import numpy as np
 
 from engramdb._time import utc_now
 from engramdb.core.filters import Node, compile_sqlite
-from engramdb.core.vectors import VectorIndex
+from engramdb.core.vectors import CompactVectorIndex, VectorIndex
 from engramdb.errors import (
     MemoryNotFoundError,
     SchemaVersionError,
@@ -47,8 +47,13 @@ from engramdb.stores.kernel.rows import (
     memory_row,
 )
 from engramdb.stores.kernel.sql import SQLITE, live_clause, row_scope_clause
-from engramdb.stores.sqlite import _keywords
-from engramdb.stores.sqlite.schema import KEYWORD_BACKFILL_VERSION, LATEST, MIGRATIONS
+from engramdb.stores.sqlite import _keywords, _vectors
+from engramdb.stores.sqlite.schema import (
+    KEYWORD_BACKFILL_VERSION,
+    LATEST,
+    MIGRATIONS,
+    VECTOR_BACKFILL_VERSION,
+)
 
 log = logging.getLogger("engramdb.store")
 
@@ -112,7 +117,7 @@ class _Cache(ScopeCache):
 
     def __init__(self, dim: int, epoch: str) -> None:
         super().__init__()
-        self.index = VectorIndex(dim)
+        self.index: VectorIndex | CompactVectorIndex = VectorIndex(dim)
         self.seq = 0
         self.epoch = epoch
         self.lock = threading.Lock()
@@ -160,6 +165,27 @@ class _Cache(ScopeCache):
             super().apply(dead, live, terms)
         if live and vectors is not None:
             self.index.add(np.array(live, dtype=np.int64), vectors, refit=refit)
+
+    def apply_encoded(
+        self,
+        dead: Sequence[int],
+        live: Sequence[int],
+        terms: Sequence[list[str]] | None,
+        encoded: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]],
+    ) -> None:
+        """:meth:`apply` for a compact index.
+
+        ``encoded`` is the live rows' codes, scales and projections, as the
+        file keeps them (``_vectors.decode``).
+        """
+        index = self.index
+        assert isinstance(index, CompactVectorIndex)
+        if dead:
+            index.remove(np.array(dead, dtype=np.int64))
+        if terms is not None:
+            super().apply(dead, live, terms)
+        if live:
+            index.add_encoded(np.array(live, dtype=np.int64), *encoded)
 
 
 class SeqMemo(Generic[K, V]):
@@ -270,7 +296,8 @@ class DegreeMemo(SeqMemo[Any, int]):
 
 # What a search reads first: the change counter, the epoch and the binding.
 _META = (
-    "SELECT key, value FROM meta WHERE key IN ('seq', 'epoch', 'embedder_model', 'embedder_dim')"
+    "SELECT key, value FROM meta WHERE key IN ('seq', 'epoch', 'embedder_model', 'embedder_dim', "
+    "'vector_basis')"
 )
 
 
@@ -368,14 +395,15 @@ class _Store:
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: everything inside commits together or not at all.
 
-        The keyword postings of every memory row it touched move before the
-        COMMIT, in the same transaction (``_keywords.flush``).
+        The keyword postings of every memory row it touched move, and the
+        vectors it wrote are encoded, before the COMMIT, in the same
+        transaction (``_keywords.flush``, ``_vectors.flush``).
         """
         con = self._conn()
         kept = self._keywords_kept
         if kept and not getattr(self._local, "keywords", False):
             with self._translate():
-                for statement in _keywords.TRIGGERS:
+                for statement in (*_keywords.TRIGGERS, *_vectors.TRIGGERS):
                     con.execute(statement)
             self._local.keywords = True
         with self._translate():
@@ -384,6 +412,7 @@ class _Store:
             yield con
             with self._translate():
                 if kept:
+                    _vectors.flush(con)
                     _keywords.flush(con)
                 con.execute("COMMIT")
         except BaseException:
@@ -426,6 +455,9 @@ class _Store:
                 if step + 1 == KEYWORD_BACKFILL_VERSION:
                     posted = _keywords.rebuild(con)
                     log.info("posted the keyword terms of %d memories", posted)
+                if step + 1 == VECTOR_BACKFILL_VERSION:
+                    encoded = _vectors.backfill(con)
+                    log.info("encoded the vectors of %d memories", encoded)
                 con.execute(f"PRAGMA user_version = {step + 1}")
 
     # -- embedder binding ----------------------------------------------------------------
@@ -562,6 +594,9 @@ class _Store:
                     ]
                 return Rebinding(done=False, stale=found, mark=str(meta["seq"]))
             fresh = checked_vectors(vectors, current, new[1])
+            # The basis was the old model's: the flush at commit fits one for the new.
+            con.execute("DELETE FROM vector_basis")
+            con.execute("DELETE FROM meta WHERE key = 'vector_basis'")
             con.execute("DELETE FROM memory_vectors")
             con.executemany(
                 "INSERT INTO memory_vectors(memory_rowid, embedding) VALUES (?, ?)",

@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from engramdb.core.filters import Node
+from engramdb.core.vectors import CompactVectorIndex, VectorIndex
 from engramdb.stores.base import Candidate, MemoryRow, Scope
 from engramdb.stores.kernel.candidates import Pool, adds_candidates, narrowed
-from engramdb.stores.sqlite import _keywords
+from engramdb.stores.sqlite import _keywords, _vectors
 from engramdb.stores.sqlite._base import _COLS, _META, F32, RowMemo, _Cache, _chunks, _Store
 from engramdb.stores.sqlite._keywords import KeywordRanking
 
@@ -528,7 +529,12 @@ class _Search(_Store):
         with table.lock:
             newest = table.see(epoch)
             cache = table.get(key)
-            if cache is None or cache.epoch != epoch or cache.index.dim != bound[1]:
+            if (
+                cache is None
+                or cache.epoch != epoch
+                or cache.index.dim != bound[1]
+                or self._outgrown(cache, meta)
+            ):
                 cache = _Cache(bound[1], epoch)
                 if epoch == newest:
                     table.put(key, cache)
@@ -546,6 +552,31 @@ class _Search(_Store):
                 table.put(key, current)
         self._account(key, current)
         return current
+
+    @staticmethod
+    def _outgrown(cache: _Cache, meta: dict[str, str]) -> bool:
+        """Whether a full-vector cache has grown to the compact index's size in a fitted file.
+
+        Its next search loads it again, compact (``_vectors``): a scope that
+        grew past :data:`_vectors.COMPACT_AT` in a long-lived process does not
+        keep its float32 vectors in memory.
+        """
+        return (
+            "vector_basis" in meta
+            and isinstance(cache.index, VectorIndex)
+            and len(cache.index) >= _vectors.COMPACT_AT
+        )
+
+    def _fetch_vectors(
+        self, keys: np.ndarray[Any, np.dtype[np.int64]]
+    ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.float32]]]:
+        """The stored float32 vectors of ``keys``: a compact index's exact re-score.
+
+        On this thread's connection, so inside a search's read transaction it
+        reads that snapshot.
+        """
+        with self._translate():
+            return _vectors.fetch(self._conn(), keys)
 
     def _account(self, key: tuple[str, str], cache: _Cache) -> None:
         """Count ``cache``'s bytes as they are now, then evict what the bounds do not hold.
@@ -595,14 +626,27 @@ class _Search(_Store):
                         f"SELECT count(*) FROM memories m WHERE m.seq <= ? AND {member}",
                         [seq, *params],
                     ).fetchone()
+                    basis = _vectors.load_basis(con) if count >= _vectors.COMPACT_AT else None
+                    if basis is not None and basis.dim == dim and len(cache.index) == 0:
+                        # A large scope in a fitted file: codes and projections only.
+                        cache.index = CompactVectorIndex(
+                            dim, basis.basis, basis.offset, self._fetch_vectors
+                        )
                     cache.index.reserve(len(cache.index) + int(count))
+                compact = isinstance(cache.index, CompactVectorIndex)
+                vector_sql = (
+                    "c.codes, c.projection FROM memories m JOIN memory_codes c "
+                    "ON c.memory_rowid = m.rowid "
+                    if compact
+                    else "v.embedding, NULL FROM memories m JOIN memory_vectors v "
+                    "ON v.memory_rowid = m.rowid "
+                )
                 # Keywords ranked in the file: the terms are not read into the cache.
                 in_file = self.keyword_index == "database"
                 terms_sql = "NULL" if in_file else "f.terms"
                 fts_join = "" if in_file else "LEFT JOIN memory_fts f ON f.rowid = m.rowid "
                 cursor = con.execute(
-                    f"SELECT m.rowid, m.deleted_at IS NULL, v.embedding, {terms_sql} "
-                    "FROM memories m JOIN memory_vectors v ON v.memory_rowid = m.rowid "
+                    f"SELECT m.rowid, m.deleted_at IS NULL, {terms_sql}, {vector_sql}"
                     f"{fts_join}WHERE m.seq > ? AND m.seq <= ? AND {member}",
                     [cache.seq, seq, *params],
                 )
@@ -616,17 +660,31 @@ class _Search(_Store):
                 # (applying a row twice is harmless: add replaces, remove is idempotent).
                 while rows := cursor.fetchmany(_CATCH_UP_ROWS):
                     live = [r for r in rows if r[1]]
-                    cache.apply(
-                        [r[0] for r in rows if not r[1]],
-                        [r[0] for r in live],
-                        None if in_file else [(r[3] or "").split() for r in live],
-                        np.frombuffer(b"".join(r[2] for r in live), dtype=F32).reshape(
-                            len(live), -1
+                    dead = [r[0] for r in rows if not r[1]]
+                    terms = None if in_file else [(r[2] or "").split() for r in live]
+                    if compact:
+                        index = cache.index
+                        assert isinstance(index, CompactVectorIndex)
+                        cache.apply_encoded(
+                            dead,
+                            [r[0] for r in live],
+                            terms,
+                            _vectors.decode(
+                                [r[3] for r in live], [r[4] for r in live], dim, index.width
+                            ),
                         )
-                        if live
-                        else None,
-                        refit=False,
-                    )
+                    else:
+                        cache.apply(
+                            dead,
+                            [r[0] for r in live],
+                            terms,
+                            np.frombuffer(b"".join(r[3] for r in live), dtype=F32).reshape(
+                                len(live), -1
+                            )
+                            if live
+                            else None,
+                            refit=False,
+                        )
                     del rows, live
         cache.index.refit()
         cache.seq = max(cache.seq, seq)

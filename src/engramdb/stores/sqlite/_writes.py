@@ -613,8 +613,9 @@ class _Writes(_Store):
             ):
                 con.execute(f"DELETE FROM {table}")
             con.execute("DELETE FROM memory_fts")
-            for table in ("keyword_postings", "keyword_docs", "keyword_stats"):
+            for table in ("keyword_postings", "keyword_docs", "keyword_stats", "vector_basis"):
                 con.execute(f"DELETE FROM {table}")
+            con.execute("DELETE FROM meta WHERE key = 'vector_basis'")
             # Nothing left to post: the rows the DELETE noted need no comparing.
             con.execute("DELETE FROM temp.keyword_dirty")
             con.execute("DELETE FROM meta WHERE key IN ('embedder_model', 'embedder_dim')")

@@ -8,7 +8,7 @@ version intact. A file whose version is newer than :data:`LATEST` is refused.
 
 from __future__ import annotations
 
-__all__ = ["KEYWORD_BACKFILL_VERSION", "LATEST", "MIGRATIONS"]
+__all__ = ["KEYWORD_BACKFILL_VERSION", "LATEST", "MIGRATIONS", "VECTOR_BACKFILL_VERSION"]
 
 _V1 = """
 CREATE TABLE meta (
@@ -234,7 +234,32 @@ CREATE TABLE keyword_docs (
 KEYWORD_BACKFILL_VERSION = 5
 """The version whose migration ends by posting every live memory (``_keywords.rebuild``)."""
 
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5)
+# Version 6: the compact form of the vectors (stores/sqlite/_vectors.py,
+# docs/vector-index.md): per memory its int8 codes (a float32 scale, then one
+# byte a dimension) and its projection on the file's basis (float16; NULL
+# before the first fit), and the basis itself. The store's writes keep them
+# (TEMP triggers on memory_vectors, encoded before the COMMIT); the migration
+# encodes every stored vector in Python after these statements.
+_V6 = """
+CREATE TABLE memory_codes (
+    memory_rowid INTEGER PRIMARY KEY REFERENCES memories(rowid) ON DELETE CASCADE,
+    codes        BLOB NOT NULL,
+    projection   BLOB
+);
+CREATE TABLE vector_basis (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    dim       INTEGER NOT NULL,
+    width     INTEGER NOT NULL,
+    fitted_at INTEGER NOT NULL,       -- memories in the file when it was fitted
+    basis     BLOB NOT NULL,          -- float32 (dim, width)
+    centre    BLOB NOT NULL           -- float32 (width,): the projected mean
+);
+"""
+
+VECTOR_BACKFILL_VERSION = 6
+"""The version whose migration ends by encoding every stored vector (``_vectors.backfill``)."""
+
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 """``MIGRATIONS[i]`` takes a file from version ``i`` to ``i + 1``."""
 
 LATEST = len(MIGRATIONS)
