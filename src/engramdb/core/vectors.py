@@ -768,7 +768,11 @@ class CompactVectorIndex:
                 proj[last],
             )
         with self._lock:
-            rows = np.asarray([self._row_of.get(k, -1) for k in key_arr.tolist()], dtype=np.intp)
+            if self._row_of:
+                found = [self._row_of.get(k, -1) for k in key_arr.tolist()]
+                rows = np.asarray(found, dtype=np.intp)
+            else:  # a cold load: every key is new
+                rows = np.full(n, -1, dtype=np.intp)
             existing = rows >= 0
             if existing.any():
                 at = rows[existing]
@@ -777,15 +781,18 @@ class CompactVectorIndex:
             fresh = ~existing
             count = int(fresh.sum())
             if count:
+                if count < n:
+                    key_arr, codes = key_arr[fresh], codes[fresh]
+                    scale_arr, proj = scale_arr[fresh], proj[fresh]
                 if self._size + count > self._keys.shape[0]:
                     self._resize(max(self._size + count, int(self._keys.shape[0] * _GROWTH)))
                 start, stop = self._size, self._size + count
-                self._keys[start:stop] = key_arr[fresh]
-                self._codes[start:stop] = codes[fresh]
-                self._scales[start:stop] = scale_arr[fresh]
-                self._proj[start:stop] = proj[fresh]
+                self._keys[start:stop] = key_arr
+                self._codes[start:stop] = codes
+                self._scales[start:stop] = scale_arr
+                self._proj[start:stop] = proj
                 self._alive[start:stop] = True
-                self._row_of.update(zip(key_arr[fresh].tolist(), range(start, stop), strict=True))
+                self._row_of.update(zip(key_arr.tolist(), range(start, stop), strict=True))
                 self._size = stop
 
     def remove(self, keys: npt.ArrayLike) -> int:
@@ -841,7 +848,8 @@ class CompactVectorIndex:
             if count > pool:
                 target = _dot_rows(self._basis.T, q)
                 approx = _dot_rows(self._proj[:n] if rows is None else self._proj[rows], target)
-                best = _top(approx, pool)
+                # The pool as a set: the codes re-rank it, no need to sort it.
+                best = np.argpartition(approx, approx.size - pool)[approx.size - pool :]
                 rows = best if rows is None else rows[best]
             elif rows is None:
                 rows = np.arange(n)

@@ -424,6 +424,8 @@ class _Store:
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A read transaction, so multi-statement reads see one snapshot."""
         con = self._conn()
+        # Numbers this thread's read transactions: what a memo of one snapshot keys on.
+        self._local.reads = getattr(self._local, "reads", 0) + 1
         with self._translate():
             con.execute("BEGIN")
         try:

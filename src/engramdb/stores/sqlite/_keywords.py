@@ -349,13 +349,25 @@ def rank(
         per_term.append((postings["row"].astype(np.int64), contribution))
     if not per_term:
         return KeywordRanking([], live, avgdl, df)
-    rows, inverse = np.unique(np.concatenate([r for r, _ in per_term]), return_inverse=True)
-    scores = np.zeros(rows.size, dtype=np.float32)
-    start = 0
-    for term_rows, contribution in per_term:
-        at = inverse[start : start + term_rows.size]
-        scores[at] += contribution
-        start += term_rows.size
+    every = np.concatenate([r for r, _ in per_term])
+    low, high = int(every.min()), int(every.max())
+    if high - low < max(4 * every.size, 1 << 16):
+        # Row ids close together (one user's memories): a dense array over their
+        # span, as BM25Index scores its rows; no sort.
+        dense = np.zeros(high - low + 1, dtype=np.float32)
+        hit = np.zeros(high - low + 1, dtype=np.bool_)
+        for term_rows, contribution in per_term:
+            dense[term_rows - low] += contribution
+            hit[term_rows - low] = True
+        at = np.flatnonzero(hit)
+        rows, scores = at + low, dense[at]
+    else:
+        rows, inverse = np.unique(every, return_inverse=True)
+        scores = np.zeros(rows.size, dtype=np.float32)
+        start = 0
+        for term_rows, contribution in per_term:
+            scores[inverse[start : start + term_rows.size]] += contribution
+            start += term_rows.size
     if allowed is not None:
         inside = np.isin(rows, allowed)
         rows, scores = rows[inside], scores[inside]

@@ -573,10 +573,25 @@ class _Search(_Store):
         """The stored float32 vectors of ``keys``: a compact index's exact re-score.
 
         On this thread's connection, so inside a search's read transaction it
-        reads that snapshot.
+        reads that snapshot. What one read transaction fetched is kept until
+        the thread's next one: a search asks twice (its vector hits, then the
+        cosines of every candidate), mostly for the same rows.
         """
-        with self._translate():
-            return _vectors.fetch(self._conn(), keys)
+        reads = getattr(self._local, "reads", 0)
+        memo: dict[int, np.ndarray[Any, np.dtype[np.float32]]]
+        kept = getattr(self._local, "fetched", None)
+        memo = kept[1] if kept is not None and kept[0] == reads else {}
+        wanted = keys.tolist()
+        missing = np.array([k for k in wanted if k not in memo], dtype=np.int64)
+        if missing.size:
+            with self._translate():
+                found, vecs = _vectors.fetch(self._conn(), missing)
+            memo.update(zip(found.tolist(), vecs, strict=True))
+        self._local.fetched = (reads, memo)
+        got = [k for k in wanted if k in memo]
+        if not got:
+            return np.empty(0, np.int64), np.empty((0, 0), np.float32)
+        return np.array(got, dtype=np.int64), np.stack([memo[k] for k in got])
 
     def _account(self, key: tuple[str, str], cache: _Cache) -> None:
         """Count ``cache``'s bytes as they are now, then evict what the bounds do not hold.
