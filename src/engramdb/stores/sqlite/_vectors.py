@@ -220,14 +220,18 @@ def fit(con: sqlite3.Connection, dim: int) -> Basis | None:
 
 
 def backfill(con: sqlite3.Connection) -> int:
-    """Encode every stored vector and fit the basis if the file is large enough (migration)."""
+    """Encode every stored vector, fitting the basis first if the file is large enough.
+
+    The migration's backfill; returns how many vectors were encoded.
+    """
+    (count,) = con.execute("SELECT count(*) FROM memory_vectors").fetchone()
+    dim_row = con.execute("SELECT value FROM meta WHERE key = 'embedder_dim'").fetchone()
+    if dim_row is not None and count >= COMPACT_AT and fit(con, int(dim_row[0])) is not None:
+        return int(count)  # the fit encoded every vector on its basis
     cursor = con.execute("SELECT memory_rowid, embedding FROM memory_vectors")
-    done = 0
     while rows := cursor.fetchmany(_CHUNK):
         _encode_rows(con, [(int(r), bytes(b)) for r, b in rows], None)
-        done += len(rows)
-    _maybe_fit(con, None)
-    return done
+    return int(count)
 
 
 def fetch(
