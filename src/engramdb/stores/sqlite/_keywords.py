@@ -206,33 +206,46 @@ def _remove(con: sqlite3.Connection, gone: Mapping[tuple[str, str], list[int]]) 
 def _append(
     con: sqlite3.Connection, came: Mapping[tuple[str, str], list[tuple[int, int, int]]]
 ) -> None:
-    """Append postings to each ``(key, term)``: its last segment first, then new ones."""
+    """Append postings to each ``(key, term)``: its last segment first, then new ones.
+
+    The last segments of a key's terms are read in one statement per 500
+    terms, and every rewrite and new segment is written by one statement each.
+    """
+    by_key: dict[str, list[str]] = defaultdict(list)
+    for key, term in came:
+        by_key[key].append(term)
+    last: dict[tuple[str, str], tuple[int, int, bytes]] = {}
+    for key, terms in by_key.items():
+        for chunk in _chunks(sorted(terms)):
+            for term, seg_rowid, seg, blob in con.execute(
+                "SELECT p.term, p.rowid, p.seg, p.postings FROM keyword_postings p "
+                f"WHERE p.key = ? AND p.term IN ({_marks(len(chunk))}) AND p.seg = "
+                "(SELECT max(q.seg) FROM keyword_postings q WHERE q.key = p.key "
+                "AND q.term = p.term)",
+                [key, *chunk],
+            ):
+                last[key, str(term)] = (int(seg_rowid), int(seg), bytes(blob))
+    rewrites: list[tuple[bytes, int]] = []
+    inserts: list[tuple[str, str, int, bytes]] = []
     for (key, term), entries in sorted(came.items()):
         packed = np.array(entries, dtype=POSTING)
-        last = con.execute(
-            "SELECT rowid, seg, postings FROM keyword_postings "
-            "WHERE key = ? AND term = ? ORDER BY seg DESC LIMIT 1",
-            (key, term),
-        ).fetchone()
-        seg = -1
-        start = 0
-        if last is not None:
-            # Rewritten whole (SQL's || would make the BLOB text).
-            seg_rowid, seg, held = int(last[0]), int(last[1]), bytes(last[2])
-            room = SEGMENT - len(held) // POSTING.itemsize
+        seg, start = -1, 0
+        held = last.get((key, term))
+        if held is not None:
+            seg_rowid, seg, blob = held
+            room = SEGMENT - len(blob) // POSTING.itemsize
             if room > 0:
                 start = min(room, packed.size)
-                con.execute(
-                    "UPDATE keyword_postings SET postings = ? WHERE rowid = ?",
-                    (held + packed[:start].tobytes(), seg_rowid),
-                )
-        con.executemany(
-            "INSERT INTO keyword_postings(key, term, seg, postings) VALUES (?, ?, ?, ?)",
-            [
-                (key, term, seg + 1 + i, packed[first : first + SEGMENT].tobytes())
-                for i, first in enumerate(range(start, packed.size, SEGMENT))
-            ],
-        )
+                rewrites.append((blob + packed[:start].tobytes(), seg_rowid))
+        inserts += [
+            (key, term, seg + 1 + i, packed[first : first + SEGMENT].tobytes())
+            for i, first in enumerate(range(start, packed.size, SEGMENT))
+        ]
+    # Rewritten whole (SQL's || would make the BLOB text).
+    con.executemany("UPDATE keyword_postings SET postings = ? WHERE rowid = ?", rewrites)
+    con.executemany(
+        "INSERT INTO keyword_postings(key, term, seg, postings) VALUES (?, ?, ?, ?)", inserts
+    )
 
 
 def rebuild(con: sqlite3.Connection) -> int:
