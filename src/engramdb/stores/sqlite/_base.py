@@ -324,6 +324,8 @@ class _Store:
         before; kept to compare). Set it before the first search."""
         # Whether the schema is current, so write transactions keep the postings.
         self._keywords_kept = False
+        # The file's vector basis as last read by a write (``_vectors.flush``).
+        self._basis_cache = _vectors.BasisCache()
         self.path = Path(path).expanduser()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -412,7 +414,7 @@ class _Store:
             yield con
             with self._translate():
                 if kept:
-                    _vectors.flush(con)
+                    _vectors.flush(con, self._basis_cache)
                     _keywords.flush(con)
                 con.execute("COMMIT")
         except BaseException:

@@ -42,6 +42,7 @@ __all__ = [
     "LAST_REFIT",
     "TRIGGERS",
     "Basis",
+    "BasisCache",
     "backfill",
     "decode",
     "fetch",
@@ -141,12 +142,31 @@ def _encode_rows(
     )
 
 
-def flush(con: sqlite3.Connection) -> None:
+class BasisCache:
+    """The last basis a store read, by the ``meta`` values that name it (epoch, fit)."""
+
+    def __init__(self) -> None:
+        self.key: tuple[str | None, str | None] | None = None
+        self.basis: Basis | None = None
+
+    def get(self, con: sqlite3.Connection) -> Basis | None:
+        """The file's basis as of this transaction; read again only when a fit moved it."""
+        meta = dict(
+            con.execute("SELECT key, value FROM meta WHERE key IN ('epoch', 'vector_basis')")
+        )
+        key = (meta.get("epoch"), meta.get("vector_basis"))
+        if key != self.key:
+            self.basis = None if key[1] is None else load_basis(con)
+            self.key = key
+        return self.basis
+
+
+def flush(con: sqlite3.Connection, cache: BasisCache | None = None) -> None:
     """Inside a write: encode the vectors the transaction wrote; fit the basis when due."""
     dirty = [r for (r,) in con.execute("SELECT rowid FROM temp.vector_dirty")]
     if not dirty:
         return
-    basis = load_basis(con)
+    basis = (cache or BasisCache()).get(con)
     for start in range(0, len(dirty), 500):
         chunk = dirty[start : start + 500]
         rows = con.execute(
