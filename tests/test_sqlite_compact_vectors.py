@@ -212,3 +212,28 @@ def test_the_migration_encodes_an_old_files_vectors(
     assert got == want
     assert isinstance(store._table.entries[("user_id", "u")].index, CompactVectorIndex)
     store.close()
+
+
+def test_a_cached_scope_that_outgrows_the_threshold_is_loaded_again_compact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_vectors, "COMPACT_AT", 300)
+    path = tmp_path / "g.db"
+    store = SQLiteStore(path)
+    store.bind_embedder(MODEL, DIM)
+    rng = np.random.default_rng(3)
+    _fill(store, 400, rng, user="a")  # the file is fitted at 400
+    _fill(store, 50, rng, user="b")
+    q = _unit(rng, 1)[0]
+    store.vector_search(Scope(user_id="b"), None, q, 5)
+    assert isinstance(store._table.entries[("user_id", "b")].index, VectorIndex)
+    _fill(store, 260, rng, user="b")  # 310 memories; the file (710) is not refitted
+    with store._read() as con:
+        basis = _vectors.load_basis(con)
+    assert basis is not None and basis.fitted_at == 400
+    got = [(r.id, s) for r, s in store.vector_search(Scope(user_id="b"), None, q, 10)]
+    assert isinstance(store._table.entries[("user_id", "b")].index, CompactVectorIndex)
+    want = _exact(store, q, 10, user="b")
+    assert [i for i, _ in got] == [i for i, _ in want]
+    assert np.allclose([s for _, s in got], [s for _, s in want], atol=1e-6)
+    store.close()

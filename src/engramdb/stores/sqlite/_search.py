@@ -547,6 +547,11 @@ class _Search(_Store):
             return cache
         with cache.lock:
             current = self._catch_up(cache, kind, value)
+        if self._outgrown(current, meta):
+            # This catch-up took the scope past the compact index's size: load it compact.
+            fresh = _Cache(current.index.dim, current.epoch)
+            with fresh.lock:
+                current = self._catch_up(fresh, kind, value)
         with table.lock:
             if current is not cache and current.epoch == table.see(current.epoch):
                 table.put(key, current)
