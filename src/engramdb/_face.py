@@ -21,6 +21,7 @@ from typing import IO, Any, Self
 
 import numpy as np
 
+from engramdb.attributes import AttributeModel
 from engramdb.config import EngramConfig, default_home, parse_config
 from engramdb.core.access import Access
 from engramdb.core.text import content_hash
@@ -38,6 +39,7 @@ from engramdb.errors import ConfigError, EngramError, ImportFormatError, ScopeEr
 from engramdb.flows import Operations, entities_of, event_dict, item
 from engramdb.llms import LLM, llm_from_env, make_llm
 from engramdb.nlp import index_terms
+from engramdb.nlp.terms import with_attribute_terms
 from engramdb.rerank import Reranker
 from engramdb.search import document_text
 from engramdb.stores import Store, make_store, store_from_env
@@ -351,6 +353,17 @@ class BaseMemory:
             )
             for r, v in zip(stale, vecs, strict=True):
                 r["embedding"] = v
+        if rows and self._ops.attributes_on:
+            # Attribute terms come from the vector, as an add's do (attributes.py).
+            ops = self._ops
+            if ops._attributes is None:
+                ops._attributes = AttributeModel(
+                    self.embedder.embed_documents(AttributeModel.passages())
+                )
+            share = self.config.retrieval.attribute_share
+            for r in rows:
+                attrs = ops._attributes.leaning(r["embedding"], share)
+                r["terms"] = with_attribute_terms(r["terms"], attrs)
 
     def _read_import(self, fp: IO[str]) -> tuple[bool, list[dict[str, Any]]]:
         lines = [(n, line) for n, line in enumerate(fp, 1) if line.strip()]

@@ -38,6 +38,8 @@ from engramdb.nlp import (
     query_terms,
 )
 from engramdb.nlp.stopwords import STOP_WORDS
+from engramdb.nlp.subjects import asked_relations, opening_name, opening_relation
+from engramdb.nlp.terms import ATTRIBUTE_PREFIX
 from engramdb.nlp.vocative import without_vocatives
 from engramdb.rerank import RerankConfig
 from engramdb.rewrite import QueryRewriteConfig
@@ -371,6 +373,27 @@ class FusionConfig(BaseModel):
     "yesterday", "last week", ...), the candidates whose text says no time have their
     score multiplied by ``1 - when_weight``. Off because it does not generalise on
     LoCoMo dev by leave-one-conversation-out (docs/retrieval.md)."""
+    attribute_gate: float = Field(default=0.8, ge=0, le=1)
+    """Attribute terms (0: off): a question whose vector lies within this cosine of a
+    personal attribute's prototype (:mod:`engramdb.attributes`: "What make of motor
+    does Daniel have?" near "someone's vehicle: car, make and model, ...") also
+    searches the attribute's keyword term (``@vehicle``), which memories carry when
+    their own vector leans to that attribute. Cosines of the default embedder: with
+    another the lever is off unless the config sets this field."""
+    other_subject_factor: float = Field(default=0.5, ge=0, le=1)
+    """Someone else's fact (1: off): a memory that opens with a relation as its subject
+    ("My manager is allergic to nuts", "Kwame's sister's favourite food is sushi";
+    :func:`engramdb.nlp.subjects.opening_relation`) has its fused score multiplied by
+    this, unless the question asks about that relation ("Hannah's children", "the
+    user's significant other", or the attribute it asks about)."""
+    owner_names: bool = True
+    """A query naming the store's own person (the name opening most of the candidates
+    as their subject, nobody's ``actor_id``: :mod:`engramdb.owner`) is searched again
+    without the name as a keyword, entity key or in its vector; costs a second query
+    embedding and candidate read for such queries."""
+    attribute_share: float = Field(default=0.3, gt=0, le=1)
+    """The softmax share (over the cosines to every prototype) an attribute needs to
+    be a memory's or a question's attribute term."""
     chatter_factor: float = Field(default=0.5, ge=0, le=1)
     """Small talk's share of its fused score (default 0.5; 1: off). A candidate whose own keyword
     terms, past the speakers' names, are all everyday conversation words ("Not bad
@@ -398,6 +421,9 @@ _SIGNALS_ALONE: dict[str, Any] = {
     "time_weight": 0.0,
     "when_weight": 0.0,
     "chatter_factor": 1.0,
+    "attribute_gate": 0.0,
+    "other_subject_factor": 1.0,
+    "owner_names": False,
 }
 HYBRID_RRF = FusionConfig(method="rrf", entity_weight=0.5, actor_weight=0.5, **_SIGNALS_ALONE)
 DENSE_ONLY = FusionConfig(bm25_weight=0.0, entity_weight=0.0, actor_weight=0.0, **_SIGNALS_ALONE)
@@ -416,6 +442,13 @@ class QueryPlan:
     """Entity keys to look up: every 1-3-word window of the query, normalised."""
     names: frozenset[str] = frozenset()
     """The same keys as a set, for matching a memory's ``actor_id``."""
+    relations: frozenset[str] = frozenset()
+    """The relations the query asks about (:func:`engramdb.nlp.subjects.asked_relations`)."""
+    owners: frozenset[str] = frozenset()
+    """The store's own person, when the query names them (:func:`engramdb.owner.owner_names`)."""
+    personal: bool = False
+    """The query asks about the store's own person: a personal attribute of theirs
+    (:mod:`engramdb.attributes`) or by their name (``owners``)."""
 
 
 _WORD = re.compile(r"[^\W_]+(?:['\u2019\-][^\W_]+)*")
@@ -499,7 +532,10 @@ def plan_query(
     else:
         entities = keys
     return QueryPlan(
-        terms=terms, entities=entities if config.entity_weight > 0 else [], names=frozenset(keys)
+        terms=terms,
+        entities=entities if config.entity_weight > 0 else [],
+        names=frozenset(keys),
+        relations=asked_relations(query) if config.other_subject_factor < 1 else frozenset(),
     )
 
 
@@ -603,6 +639,30 @@ def chatter_factors(candidates: Sequence[Candidate], factor: float) -> list[floa
     return [factor if _own_terms(c.row.text) - names <= chatter else 1.0 for c in candidates]
 
 
+def other_subject_factors(
+    candidates: Sequence[Candidate],
+    factor: float,
+    asked: frozenset[str],
+    owners: frozenset[str] = frozenset(),
+    names: frozenset[str] = frozenset(),
+) -> list[float]:
+    """``factor`` for each candidate that is someone else's fact, else 1.
+
+    Someone else's: it opens with a relation the query does not ask about
+    (``asked``), or, when the query names the store's own person (``owners``),
+    with another person the query does not name (``names``).
+    """
+    out = []
+    for c in candidates:
+        rel = opening_relation(c.row.text)
+        if rel is not None:
+            out.append(factor if rel not in asked else 1.0)
+            continue
+        name = opening_name(c.row.text) if owners else None
+        out.append(factor if name is not None and name not in owners and name not in names else 1.0)
+    return out
+
+
 def informative_factors(candidates: Sequence[Candidate], terms: int) -> list[float]:
     """Each candidate's informativeness factor, ``min(1, n / terms)`` (1 when ``terms`` is 0).
 
@@ -678,6 +738,22 @@ def fuse(
     chatter = (
         chatter_factors(candidates, config.chatter_factor) if config.chatter_factor < 1 else None
     )
+    other = (
+        other_subject_factors(
+            candidates, config.other_subject_factor, plan.relations, plan.owners, plan.names
+        )
+        if config.other_subject_factor < 1 and plan is not None and plan.personal
+        else None
+    )
+    # What the query asked, the same for every hit: the attribute terms it searched and
+    # the store's own person it named (attributes.py, owner.py).
+    asked: dict[str, Any] = {}
+    if plan is not None:
+        attrs = [t for t in plan.terms if t.startswith(ATTRIBUTE_PREFIX)]
+        if attrs:
+            asked["attributes"] = attrs
+        if plan.owners:
+            asked["owner"] = sorted(plan.owners)
     scored: list[tuple[float, float, float, float, int]] = []
     for i, cand in enumerate(candidates):
         sem_part = min(
@@ -701,6 +777,8 @@ def fuse(
             score *= informative[i]
         if chatter is not None:
             score *= chatter[i]
+        if other is not None:
+            score *= other[i]
         scored.append((min(1.0, max(0.0, score)), sem_part, bm_part, actor_part, i))
     scored.sort(key=lambda t: (-t[0], -candidates[t[4]].semantic, candidates[t[4]].row.id))
     if limit is not None:
@@ -738,6 +816,8 @@ def fuse(
                     **({"relative": min(1.0, score / best)} if best else {}),
                     **({"informative": informative[i]} if informative is not None else {}),
                     **({"chatter": chatter[i]} if chatter is not None else {}),
+                    **({"other_subject": other[i]} if other is not None else {}),
+                    **asked,
                     "method": config.method,
                     "rank": {
                         "semantic": cand.semantic_rank,

@@ -28,6 +28,7 @@ from engramdb.errors import (
 )
 from engramdb.flows.shared import FlowState, entities_of, expires_at_of, item
 from engramdb.nlp import index_terms
+from engramdb.nlp.terms import with_attribute_terms
 from engramdb.search import document_text
 from engramdb.stores.base import KEEP, Keep, MemoryRow, Scope, Store
 from engramdb.stores.kernel.erasure import PLAN_ATTEMPTS, ErasurePlan, reindexed_terms
@@ -94,10 +95,12 @@ class ChangeFlows(FlowState):
             row.text if text is None else check_text(text, self.limits.max_text_chars).strip()
         )
         embedding = None
-        if new_text != row.text:
+        if new_text != row.text or self.attributes_on:
+            # A new text needs its vector; the same text too for its attribute terms.
             yield from self._bind()
             doc = document_text(new_text, row.actor_id, self.fusion)
             embedding = (yield EmbedDocuments([doc]))[0]
+        attrs = yield from self._attribute_terms([embedding] if embedding is not None else [])
         new_row, event = yield from self._masked(
             store_call(
                 Store.update,
@@ -105,7 +108,7 @@ class ChangeFlows(FlowState):
                 text=new_text,
                 hash=content_hash(new_text),
                 embedding=embedding,
-                terms=index_terms(new_text),
+                terms=with_attribute_terms(index_terms(new_text), attrs[0] if attrs else ""),
                 entities=entities_of(new_text),
                 metadata=new_meta,
                 actor=actor or self.actor,
@@ -200,17 +203,18 @@ class ChangeFlows(FlowState):
         plan = yield from store_call(Store.plan_restore, mid, version)
         current = yield from store_call(Store.get, mid, include_deleted=True)
         embedding = None
-        if current is not None and plan.text != current.text:
+        if current is not None and (plan.text != current.text or self.attributes_on):
             yield from self._bind()
             doc = document_text(plan.text, current.actor_id, self.fusion)
             embedding = (yield EmbedDocuments([doc]))[0]
+        attrs = yield from self._attribute_terms([embedding] if embedding is not None else [])
         row, event = yield from self._masked(
             store_call(
                 Store.apply_restore,
                 plan,
                 hash=content_hash(plan.text),
                 embedding=embedding,
-                terms=index_terms(plan.text),
+                terms=with_attribute_terms(index_terms(plan.text), attrs[0] if attrs else ""),
                 entities=entities_of(plan.text),
                 actor=self.actor,
             )

@@ -57,6 +57,7 @@ from engramdb.flows.change import ChangeFlows
 from engramdb.flows.read import ReadFlows
 from engramdb.flows.shared import Prepared, entities_of
 from engramdb.nlp import document_terms
+from engramdb.nlp.terms import with_attribute_terms
 from engramdb.search import document_text, when
 from engramdb.stores.base import AddOutcome, MemoryRow, NewMemory, Scope, Store
 
@@ -454,6 +455,9 @@ class ExtractionFlows(ReadFlows, ChangeFlows):
             )
             for mem, vec in zip(todo, vectors, strict=True):
                 mem.embedding = vec
+            attrs = yield from self._attribute_terms([m.embedding for m in todo])
+            for mem, extra in zip(todo, attrs, strict=True):
+                mem.terms = with_attribute_terms(mem.terms, extra)
 
     def _new_memory(
         self, text: str, prep: Prepared, *, context: Sequence[str] = (), **fields: Any

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import date, datetime
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 
 from engramdb._engine import EmbedDocuments, EmbedQuery, Flow, store_call
 from engramdb._time import utc_now
+from engramdb.attributes import relations_of
 from engramdb.core.filters import And, Node, evaluate, parse_filters, split_scope
 from engramdb.core.records import Candidate
 from engramdb.core.validate import (
@@ -62,6 +63,7 @@ from engramdb.flows.shared import (
     record_of,
 )
 from engramdb.nlp.querytime import Period, asks_present, asks_previous, before_what
+from engramdb.owner import owner_names
 from engramdb.rewrite import looks_multipart, merge_hits, rewrite_query
 from engramdb.search import (
     FusionConfig,
@@ -522,6 +524,22 @@ class ReadFlows(FlowState):
             hits = yield from self._newer_first(hits)
         return hits, supers
 
+    def _plan(self, query: str, subject: frozenset[str], vec: Any) -> Flow[QueryPlan]:
+        """The query's plan (search.py), with the attribute terms its vector asks about."""
+        cfg = self.fusion
+        plan = plan_query(query, cfg, subject)
+        if self.attributes_on and cfg.bm25_weight > 0:
+            model = yield from self._attribute_model()
+            attrs = model.asked(vec, cfg.attribute_gate, cfg.attribute_share)
+            if attrs:
+                plan = replace(
+                    plan,
+                    terms=[*plan.terms, *attrs],
+                    relations=plan.relations | relations_of(attrs),
+                    personal=True,
+                )
+        return plan
+
     def _hybrid(
         self,
         scope: Scope,
@@ -543,7 +561,7 @@ class ReadFlows(FlowState):
         """
         cfg = self.fusion
         subject = subject_terms(scope.user_id)
-        plan = plan_query(query, cfg, subject)
+        plan = yield from self._plan(query, subject, vec)
         second = cfg.rerank if rerank else None
         want = max(k, second.pool) if second is not None else k
         candidates = yield from store_call(
@@ -560,7 +578,7 @@ class ReadFlows(FlowState):
         if spoken:
             # The query names a speaker of the scope: search again with the name
             # as who, not what (speakers.py).
-            plan = plan_query(query, cfg, subject | speaker_terms(spoken))
+            plan = yield from self._plan(query, subject | speaker_terms(spoken), vec)
             bare_vec = yield EmbedQuery(query_embedding_text(name_free_query(query, spoken), cfg))
             bare = yield from store_call(
                 Store.candidates,
@@ -573,6 +591,25 @@ class ReadFlows(FlowState):
                 include_expired=include_expired,
             )
             candidates = speaker_candidates(candidates, bare, spoken)
+        owners = (
+            owner_names(plan.names, candidates, query) if cfg.owner_names and not spoken else None
+        )
+        if owners:
+            # The query names the store's own person: search again without the
+            # name, as keyword, entity key and in the vector (owner.py).
+            vec = yield EmbedQuery(query_embedding_text(name_free_query(query, owners), cfg))
+            plan = yield from self._plan(query, subject | speaker_terms(owners), vec)
+            plan = replace(plan, owners=owners, personal=True)
+            candidates = yield from store_call(
+                Store.candidates,
+                scope,
+                where,
+                vec,
+                plan.terms,
+                plan.entities,
+                max(cfg.pool, want),
+                include_expired=include_expired,
+            )
         periods = named_periods(query, cfg, now or utc_now())
         asked = when_asked(query, cfg)
         if subqueries:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from engramdb._engine import Emit, Flow, store_call
+from engramdb._engine import EmbedDocuments, Emit, Flow, store_call
+from engramdb.attributes import FITTED_FOR, AttributeModel
 from engramdb.config import EngramConfig, ExtractionConfig
 from engramdb.core.access import FULL_ACCESS, Access, Holding, holding
 from engramdb.core.filters import CORE_FIELDS
@@ -225,6 +226,7 @@ class FlowState:
         self.actor = actor
         self._bound = False
         self._warned_no_llm = False
+        self._attributes: AttributeModel | None = None
         self.within: Scope | None = None
         """The scope a bound caller (a scoped view, a server key) may never leave."""
         self.access: Access = FULL_ACCESS
@@ -243,6 +245,34 @@ class FlowState:
         if not self._bound:
             yield from store_call(Store.bind_embedder, self.embedder_model, self.embedder_dim)
             self._bound = True
+
+    def _attribute_model(self) -> Flow[AttributeModel]:
+        # The prototypes are embedded once per flow state, on first use.
+        if self._attributes is None:
+            vectors = yield EmbedDocuments(AttributeModel.passages())
+            self._attributes = AttributeModel(vectors)
+        return self._attributes
+
+    @property
+    def attributes_on(self) -> bool:
+        """Whether attribute terms are indexed and asked (``attribute_gate``, attributes.py).
+
+        The gate is a cosine of the embedder it was measured with
+        (:data:`~engramdb.attributes.FITTED_FOR`): with another embedder the
+        lever is off unless the config sets ``attribute_gate`` itself.
+        """
+        fusion = self.fusion
+        return fusion.attribute_gate > 0 and (
+            self.embedder_model == FITTED_FOR or "attribute_gate" in fusion.model_fields_set
+        )
+
+    def _attribute_terms(self, vectors: Sequence[Any]) -> Flow[list[str]]:
+        """The attribute terms of each memory vector (empty strings with the lever off)."""
+        if not self.attributes_on:
+            return ["" for _ in vectors]
+        model = yield from self._attribute_model()
+        share = self.fusion.attribute_share
+        return [" ".join(model.leaning(v, share)) for v in vectors]
 
     def unbind(self) -> None:
         """Forget the embedder binding (after a reset erased it)."""

@@ -40,12 +40,15 @@ from engramdb.nlp._lemma import lemmatize
 from engramdb.nlp.stopwords import CJK_STOP_CHARS, STOP_WORDS
 
 __all__ = [
+    "ATTRIBUTE_PREFIX",
     "CJK_CHARS",
     "SUPPORTED_LANGUAGES",
     "detect_language",
     "document_terms",
     "index_terms",
     "query_terms",
+    "split_attribute_terms",
+    "with_attribute_terms",
 ]
 
 TERMS_VERSION = 1
@@ -247,6 +250,26 @@ def document_terms(text: str, context: Sequence[str] = ()) -> str:
     own = index_terms(text)
     extra = index_terms("\n".join(context)) if context else ""
     return f"{own} {extra}".strip() if extra else own
+
+
+ATTRIBUTE_PREFIX = "@"
+"""Attribute terms (``@vehicle``, :mod:`engramdb.attributes`) start with it: the
+tokenizer drops an ``@`` from any text, so no word of a text is ever one."""
+
+
+def split_attribute_terms(terms: str) -> tuple[str, str]:
+    """A stored terms string as its words and its attribute terms (each space-joined)."""
+    words: list[str] = []
+    attrs: list[str] = []
+    for term in terms.split():
+        (attrs if term.startswith(ATTRIBUTE_PREFIX) else words).append(term)
+    return " ".join(words), " ".join(attrs)
+
+
+def with_attribute_terms(terms: str, attrs: str | Sequence[str]) -> str:
+    """``terms`` followed by the attribute terms ``attrs``."""
+    extra = attrs if isinstance(attrs, str) else " ".join(attrs)
+    return f"{terms} {extra}".strip() if extra else terms
 
 
 def query_terms(text: str) -> list[str]:

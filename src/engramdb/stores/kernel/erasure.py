@@ -25,6 +25,7 @@ from typing import Protocol
 from engramdb.core.records import Scope
 from engramdb.errors import ConflictError
 from engramdb.nlp import document_terms, index_terms
+from engramdb.nlp.terms import split_attribute_terms, with_attribute_terms
 
 __all__ = [
     "DERIVED_ROWS",
@@ -235,10 +236,12 @@ def reindexed_terms(plan: ErasurePlan) -> dict[int, str]:
     """
     out: dict[int, str] = {}
     for r in plan.reindex:
-        if r.terms == document_terms(r.text, r.context):
-            out[r.rowid] = document_terms(r.text, r.kept)
+        # Attribute terms come from the memory's vector, not its words: they stay.
+        words, attrs = split_attribute_terms(r.terms)
+        if words == document_terms(r.text, r.context):
+            out[r.rowid] = with_attribute_terms(document_terms(r.text, r.kept), attrs)
         else:
-            out[r.rowid] = index_terms(r.text)
+            out[r.rowid] = with_attribute_terms(index_terms(r.text), attrs)
     return out
 
 

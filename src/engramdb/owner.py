@@ -1,0 +1,117 @@
+"""Questions that name the store's own person: the name says who, not what.
+
+An application that keeps one person's facts stores some in the first person
+("The Mini Cooper failed its MOT, brakes again") and some as summaries that
+name the person ("Daniel lives in Leeds", "Daniel's favourite dish is
+jollof rice"). Asked "What make of motor does Daniel have?", the name is the
+only word the question shares with the summaries: as a keyword it lifts
+every one of them, and in the query's vector it matches theirs, so "Daniel
+lives in Leeds" answers a question about his car. In that store every fact is
+about Daniel: the name says who the question is about, which is a fact of the
+scope, as the user's id is (:func:`engramdb.search.subject_terms`).
+
+:func:`owner_names` reads it from the first candidates: a name of the query
+that opens far more of them as their subject than any other name
+(:func:`engramdb.nlp.subjects.opening_name`; at least :data:`OWNER_MIN`, and
+more than twice the next), and that is nobody's ``actor_id`` (a speaker of a
+conversation is the speaker lever's, :mod:`engramdb.speakers`). The search
+then runs once more without the name: not a keyword or entity key, and not in
+the query's vector (:func:`~engramdb.speakers.name_free_query`), so the
+summaries and the first-person facts compete on what they say. A memory that
+opens with another person ("Diego's sport is volleyball") is someone else's
+fact, and ``other_subject_factor`` weighs it down
+(:func:`engramdb.search.other_subject_factors`).
+
+A store of several people's facts, where no name dominates (two speakers'
+facts, each opening half of them), is left as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from engramdb.core.records import Candidate
+from engramdb.nlp.entities import normalize_entity
+from engramdb.nlp.subjects import opening_name
+from engramdb.nlp.terms import query_terms
+
+__all__ = ["OWNER_MIN", "owner_names"]
+
+OWNER_MIN: Final = 1
+"""The fewest candidates a name must open as their subject to be the store's own person."""
+
+
+_PLACE_BEFORE = re.compile(
+    r"\b(?:in|at|to|from|near|around|across|into|visit|visiting|visited|via|towards?)\s+$",
+    re.IGNORECASE,
+)
+
+
+def _as_person(query: str, name: str) -> bool:
+    """Whether ``query`` names ``name`` as a person, not a place, and asks about more.
+
+    Not right after a place preposition ("to Quexton", "in Patagonia"), and
+    the question keeps keyword terms without the name (a question that is
+    only the name asks for everything said about it).
+    """
+    words = r"\s+".join(re.escape(w) for w in name.split())
+    found = list(re.finditer(rf"(?<!\w){words}(?!\w)", query, re.IGNORECASE))
+    if not found or any(_PLACE_BEFORE.search(query[: m.start()]) for m in found):
+        return False
+    rest = set(query_terms(query)) - set(query_terms(name))
+    return bool(rest)
+
+
+def owner_names(
+    names: Iterable[str], candidates: Sequence[Candidate], query: str = ""
+) -> frozenset[str]:
+    """The query's entity keys (``QueryPlan.names``) that name the store's own person.
+
+    At most one: the name that opens the most candidates, if it opens at least
+    :data:`OWNER_MIN` and more than twice as many as any other name, is no
+    candidate's ``actor_id``, no candidate names it past its opening, and
+    ``query`` names it as a person with more to ask (:func:`_as_person`).
+    """
+    wanted = frozenset(names)
+    if not wanted or not candidates:
+        return frozenset()
+    counts = Counter(n for n in (opening_name(c.row.text, True) for c in candidates) if n)
+    if not counts:
+        return frozenset()
+    ranked = counts.most_common(2)
+    name, n = ranked[0]
+    second = ranked[1][1] if len(ranked) > 1 else 0
+    if name not in wanted or n < OWNER_MIN or n <= 2 * second:
+        return frozenset()
+    if n < 2 and not any(_possessive(c.row.text, name) for c in candidates):
+        # One fact opening with a word ("Patagonia is next on my list") is too little to
+        # call it a person; one that opens with it as an owner ("Rhys' cat ...") is enough.
+        return frozenset()
+    actors = {normalize_entity(c.row.actor_id) for c in candidates if c.row.actor_id}
+    if name in actors or _said_of(name, candidates) or not _as_person(query, name):
+        return frozenset()
+    return frozenset({name})
+
+
+def _possessive(text: str, name: str) -> bool:
+    """Whether ``text`` opens with ``name`` as a possessor ("Rhys' cat", "Kwame's job")."""
+    words = r"\s+".join(re.escape(w) for w in name.split())
+    return re.match(rf"\s*{words}(?:['\u2019]s?)\s", text, re.IGNORECASE) is not None
+
+
+def _said_of(name: str, candidates: Sequence[Candidate]) -> bool:
+    """Whether some candidate names ``name`` past its opening ("dinner with Ben").
+
+    One does not speak of oneself that way: such a name is someone the store's
+    person talks about, however many facts open with it.
+    """
+    words = r"\s+".join(re.escape(w) for w in name.split())
+    pattern = re.compile(rf"(?<!\w){words}(?!\w)", re.IGNORECASE)
+    for c in candidates:
+        m = pattern.search(c.row.text)
+        if m is not None and (m.start() > 0 or pattern.search(c.row.text, m.end())):
+            return True
+    return False
