@@ -619,7 +619,7 @@ class CompactVectorIndex:
     of the vector (:func:`encode`). A search ranks every row by the
     projection (as :class:`VectorIndex`'s prefilter), re-ranks the pool
     (``max(k * oversample, min_pool)`` rows) by the codes, and re-scores the
-    best ``max(2k, k + 32)`` of those exactly from the float32 vectors that
+    best ``k + max(k // 4, 8)`` of those exactly from the float32 vectors that
     ``fetch`` reads, so returned scores are exact cosines. A key ``fetch``
     does not find (gone since the index last caught up) is not returned.
 
@@ -658,6 +658,8 @@ class CompactVectorIndex:
         self._fetch = fetch
         self._oversample = oversample
         self._min_pool = min_pool
+        # Re-scored exactly beyond k: this percentage of k, at least this many.
+        self._rescore = (25, 8)
         self._lock = threading.RLock()
         self._size = 0
         self._dead = 0
@@ -816,7 +818,7 @@ class CompactVectorIndex:
         """The ``k`` keys most similar to ``query``, best first, with exact cosines.
 
         As :meth:`VectorIndex.search`; the exact vectors of the best
-        ``max(2k, k + 32)`` candidates are read through ``fetch`` (outside
+        ``k + max(k // 4, 8)`` candidates are read through ``fetch`` (outside
         the index's lock).
         """
         if k < 0:
@@ -856,7 +858,7 @@ class CompactVectorIndex:
             coded = self._scales[rows] * np.einsum(
                 "ij,j->i", self._codes[rows], q, dtype=np.float32, casting="unsafe"
             )
-            exact = min(rows.size, max(2 * k, k + 32))
+            exact = min(rows.size, k + max(k * self._rescore[0] // 100, self._rescore[1]))
             keys = self._keys[rows[_top(coded, exact)]]
         found_keys, vecs = self._fetch(keys)
         if found_keys.size == 0:
