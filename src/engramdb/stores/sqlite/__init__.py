@@ -8,7 +8,10 @@ Several processes may share the file the same way.
 
 Keyword terms are ranked over postings kept in the file (``_keywords``).
 Vectors live in the file (float32 BLOBs) and are searched through in-memory
-:class:`~engramdb.core.vectors.VectorIndex` caches, one per primary scope id.
+:class:`~engramdb.core.vectors.VectorIndex` caches, one per primary scope id;
+a scope of 20,000 memories or more through a
+:class:`~engramdb.core.vectors.CompactVectorIndex` over the int8 codes and
+projections the file keeps (``_vectors``).
 A store-wide change counter (``meta.seq``, bumped by every write and copied
 into each changed row) lets a cache catch up with writes from any process by
 reading only the rows changed since it last looked; a purge or reset bumps
