@@ -112,7 +112,10 @@ def flush(con: sqlite3.Connection) -> None:
     """Inside a write: bring the postings of every row the transaction touched up to date."""
     dirty = [r for (r,) in con.execute("SELECT rowid FROM temp.keyword_dirty")]
     if dirty:
-        sync(con, dirty)
+        # In chunks: an import or a purge of a large scope never holds every
+        # posting it moves as Python objects at once.
+        for chunk in _chunks(dirty, 20_000):
+            sync(con, chunk)
         con.execute("DELETE FROM temp.keyword_dirty")
 
 
