@@ -184,3 +184,14 @@ def test_a_place_that_opens_one_fact_is_not_taken_for_the_owner(
         assert top["memory"].startswith("Patagonia")
         assert "owner" not in top["score_details"]
     m.close()
+
+
+def test_a_one_word_look_up_asks_for_no_attribute(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    # "Fandango4471" lies near the birthday passage (digits), but a code is a look-up.
+    m = Memory(tmp_path / "c.db", embedder=embedder)
+    m.add("User's PIN hint changed", user_id="u", infer=False)
+    m.add("I like tea", user_id="u", infer=False)
+    for hit in m.search("Fandango4471", user_id="u", explain=True)["results"]:
+        assert "attributes" not in hit["score_details"]
+        assert hit["score_details"]["bm25"] == 0
+    m.close()

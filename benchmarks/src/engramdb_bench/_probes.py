@@ -326,7 +326,9 @@ def _library_hits(m: Memory, place: _Place, secret: str) -> list[str]:
         text = str(r["memory"]).casefold()
         if any(f in text for f in forms):
             hits.append(f"search returns a memory with {secret!r}: {r['memory']!r}")
-        elif r["score_details"]["bm25"] > 0:
+        elif r["score_details"]["bm25"] > 0 and not r["score_details"].get("attributes"):
+            # With attribute terms asked (attributes.py) the keyword part may be theirs
+            # alone; the stored terms are probed for the secret by storage_hits.
             hits.append(f"search matches {secret!r} by keyword in {r['memory']!r}")
         elif r["score_details"]["entities"]:
             hits.append(f"search matches {secret!r} by entity in {r['memory']!r}")

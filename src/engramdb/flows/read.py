@@ -528,7 +528,8 @@ class ReadFlows(FlowState):
         """The query's plan (search.py), with the attribute terms its vector asks about."""
         cfg = self.fusion
         plan = plan_query(query, cfg, subject)
-        if self.attributes_on and cfg.bm25_weight > 0:
+        # A one-word query ("Fandango4471") is a look-up, not a personal question.
+        if self.attributes_on and cfg.bm25_weight > 0 and len(query.split()) > 1:
             model = yield from self._attribute_model()
             attrs = model.asked(vec, cfg.attribute_gate, cfg.attribute_share)
             if attrs:
