@@ -26,6 +26,8 @@ from engramdb.owner import owner_names
         ("The Mini Cooper failed its MOT again", None),
         ("Hay fever season for everyone at work", None),
         ("I met my sister for lunch", None),
+        ("Colleague 3 is dating someone from the office", "work"),
+        ("Mum's car broke down again", "parent"),
     ],
 )
 def test_opening_relation(text: str, relation: str | None) -> None:
@@ -50,6 +52,7 @@ def test_opening_relation(text: str, relation: str | None) -> None:
         ("Japan is lovely in spring", None, None),
         ("User lives in Leeds", None, None),
         ("I love it", None, None),
+        ("Mum's car broke down again", None, None),
     ],
 )
 def test_opening_name(text: str, name: str | None, possessor: str | None) -> None:

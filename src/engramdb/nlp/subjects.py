@@ -96,17 +96,22 @@ def opening_relation(text: str) -> str | None:
     The opening is a possessive ("my", "our", "the", "the user's", "Kwame's",
     "Rhys'") followed within a few words by a relation noun: "My manager is
     allergic to nuts" -> ``"work"``; "Kwame's sister's favourite food is sushi"
-    -> ``"sibling"``; "The user's partner is called Sam" -> ``"partner"``.
+    -> ``"sibling"``; "The user's partner is called Sam" -> ``"partner"``; a
+    relation that opens it itself: "Colleague 3 is dating ..." -> ``"work"``.
     """
     words = _WORD.findall(text[:200])
     if len(words) < 2:
         return None
+    table = _words()
+    for term in index_terms(words[0]).split():
+        # The relation itself opens it: "Colleague 3 is dating ...", "Mum's car ...".
+        if term in table:
+            return table[term]
     first = words[0].casefold().replace("\u2019", "'")
     if first == "the" and len(words) > 2 and words[1].casefold().startswith("user"):
         words = words[1:]
     elif first not in _OPENERS and not _POSSESSIVE.match(words[0]):
         return None
-    table = _words()
     for word in words[1 : 1 + _REACH]:
         for term in index_terms(word).split():
             if term in table:
@@ -152,6 +157,8 @@ def opening_name(text: str, possessor: bool = False) -> str | None:
         or name.casefold() in PLACES
     ):
         return None
+    if any(t in _words() for t in index_terms(first).split()):
+        return None  # "Mum's car", "Colleague 3 ...": a relation, not a name
     if m["poss"]:
         if not possessor and opening_relation(text) is not None:
             return None
