@@ -78,6 +78,14 @@ def owner_names(
     wanted = frozenset(names)
     if not wanted or not candidates:
         return frozenset()
+    # Cheap first: only texts whose first word is a word of a name the query says can
+    # open with it (most candidates of most queries are not read any further).
+    firsts = {n.split()[0] for n in wanted}
+    opening = [
+        c for c in candidates if c.row.text[:1].isupper() and _first_word(c.row.text) in firsts
+    ]
+    if not opening:
+        return frozenset()
     counts = Counter(n for n in (opening_name(c.row.text, True) for c in candidates) if n)
     if not counts:
         return frozenset()
@@ -94,6 +102,15 @@ def owner_names(
     if name in actors or _said_of(name, candidates) or not _as_person(query, name):
         return frozenset()
     return frozenset({name})
+
+
+_FIRST = re.compile(r"[^\W\d_]+")
+
+
+def _first_word(text: str) -> str:
+    """The first word of ``text``, case-folded, without a possessive."""
+    m = _FIRST.match(text.lstrip())
+    return m.group().casefold() if m else ""
 
 
 def _possessive(text: str, name: str) -> bool:
