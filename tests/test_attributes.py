@@ -195,3 +195,21 @@ def test_a_one_word_look_up_asks_for_no_attribute(tmp_path: Path, embedder: Loca
         assert "attributes" not in hit["score_details"]
         assert hit["score_details"]["bm25"] == 0
     m.close()
+
+
+def test_an_import_indexes_attribute_terms(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    import io
+
+    src = Memory(tmp_path / "src.db", embedder=embedder)
+    for fact in FACTS:
+        src.add(fact, user_id="kwame_user", infer=False)
+    dump = io.StringIO()
+    src.export_jsonl(dump)
+    src.close()
+    dst = Memory(tmp_path / "dst.db", embedder=embedder)
+    dst.import_jsonl(io.StringIO(dump.getvalue()))
+    hit = dst.search("What make of motor does the user have?", user_id="kwame_user", explain=True)
+    top = hit["results"][0]
+    assert top["memory"].startswith("The Mini Cooper")
+    assert top["score_details"]["attributes"] == ["@vehicle"] and top["score_details"]["bm25"] > 0
+    dst.close()

@@ -21,9 +21,10 @@ from typing import IO, Any, Self
 
 import numpy as np
 
-from engramdb.attributes import AttributeModel
+from engramdb._engine import Effect, EmbedDocuments
 from engramdb.config import EngramConfig, default_home, parse_config
 from engramdb.core.access import Access
+from engramdb.core.drive import run_sync
 from engramdb.core.text import content_hash
 from engramdb.core.validate import (
     check_id,
@@ -353,17 +354,17 @@ class BaseMemory:
             )
             for r, v in zip(stale, vecs, strict=True):
                 r["embedding"] = v
-        if rows and self._ops.attributes_on:
-            # Attribute terms come from the vector, as an add's do (attributes.py).
-            ops = self._ops
-            if ops._attributes is None:
-                ops._attributes = AttributeModel(
-                    self.embedder.embed_documents(AttributeModel.passages())
-                )
-            share = self.config.retrieval.attribute_share
-            for r in rows:
-                attrs = ops._attributes.leaning(r["embedding"], share)
-                r["terms"] = with_attribute_terms(r["terms"], attrs)
+        if rows:
+            # Attribute terms come from the vector, as an add's do (attributes.py); the
+            # flow's only effect is embedding the attribute passages once.
+            def embed(effect: Effect) -> Any:
+                if not isinstance(effect, EmbedDocuments):
+                    raise TypeError(f"unexpected effect {effect!r}")
+                return self.embedder.embed_documents(list(effect.texts))
+
+            attrs = run_sync(self._ops._attribute_terms([r["embedding"] for r in rows]), embed)
+            for r, extra in zip(rows, attrs, strict=True):
+                r["terms"] = with_attribute_terms(r["terms"], extra)
 
     def _read_import(self, fp: IO[str]) -> tuple[bool, list[dict[str, Any]]]:
         lines = [(n, line) for n, line in enumerate(fp, 1) if line.strip()]

@@ -541,6 +541,28 @@ class ReadFlows(FlowState):
                 )
         return plan
 
+    def _candidates(
+        self,
+        scope: Scope,
+        where: Node | None,
+        vec: Any,
+        plan: QueryPlan,
+        n: int,
+        include_expired: bool,
+    ) -> Flow[list[Candidate]]:
+        """The store's ``n``-wide candidates for one reading of the query (``vec``, ``plan``)."""
+        found: list[Candidate] = yield from store_call(
+            Store.candidates,
+            scope,
+            where,
+            vec,
+            plan.terms,
+            plan.entities,
+            n,
+            include_expired=include_expired,
+        )
+        return found
+
     def _hybrid(
         self,
         scope: Scope,
@@ -565,32 +587,15 @@ class ReadFlows(FlowState):
         plan = yield from self._plan(query, subject, vec)
         second = cfg.rerank if rerank else None
         want = max(k, second.pool) if second is not None else k
-        candidates = yield from store_call(
-            Store.candidates,
-            scope,
-            where,
-            vec,
-            plan.terms,
-            plan.entities,
-            max(cfg.pool, want),
-            include_expired=include_expired,
-        )
+        n = max(cfg.pool, want)
+        candidates = yield from self._candidates(scope, where, vec, plan, n, include_expired)
         spoken = spoken_names(plan.names, candidates) if cfg.speaker_names else frozenset()
         if spoken:
             # The query names a speaker of the scope: search again with the name
             # as who, not what (speakers.py).
             plan = yield from self._plan(query, subject | speaker_terms(spoken), vec)
             bare_vec = yield EmbedQuery(query_embedding_text(name_free_query(query, spoken), cfg))
-            bare = yield from store_call(
-                Store.candidates,
-                scope,
-                where,
-                bare_vec,
-                plan.terms,
-                plan.entities,
-                max(cfg.pool, want),
-                include_expired=include_expired,
-            )
+            bare = yield from self._candidates(scope, where, bare_vec, plan, n, include_expired)
             candidates = speaker_candidates(candidates, bare, spoken)
         owners = (
             owner_names(plan.names, candidates, query) if cfg.owner_names and not spoken else None
@@ -601,16 +606,7 @@ class ReadFlows(FlowState):
             vec = yield EmbedQuery(query_embedding_text(name_free_query(query, owners), cfg))
             plan = yield from self._plan(query, subject | speaker_terms(owners), vec)
             plan = replace(plan, owners=owners, personal=True)
-            candidates = yield from store_call(
-                Store.candidates,
-                scope,
-                where,
-                vec,
-                plan.terms,
-                plan.entities,
-                max(cfg.pool, want),
-                include_expired=include_expired,
-            )
+            candidates = yield from self._candidates(scope, where, vec, plan, n, include_expired)
         periods = named_periods(query, cfg, now or utc_now())
         asked = when_asked(query, cfg)
         if subqueries:
