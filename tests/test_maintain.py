@@ -507,17 +507,26 @@ def test_progress_reports_each_phase_to_its_end(db_path: Path, embedder: LocalEm
         add(m, "stale", expiration_date=PAST)
         add(m, PEANUTS)
         add(m, PEANUTS_AGAIN)
+        add(m, "Dana drives a Ford Focus.")
+        add(m, "Dana sold the Ford Focus and now drives a Tesla Model 3.")
         with_llm(m, {"same": True, "memory": "Alice is allergic to peanuts"})
         calls: list[tuple[str, int, int | None]] = []
 
-        maintain(m, user_id="alice", merge=True, progress=lambda *a: calls.append(a))
+        maintain(
+            m,
+            user_id="alice",
+            merge=True,
+            supersessions=True,
+            apply=True,
+            progress=lambda *a: calls.append(a),
+        )
 
     phases = list(dict.fromkeys(phase for phase, _, _ in calls))
     assert phases == list(PHASES)
     for phase in PHASES:
         last = [c for c in calls if c[0] == phase][-1]
         assert last[1] == last[2], last
-    assert ("embed", 2, 2) in calls
+    assert ("embed", 4, 4) in calls
 
 
 # -- safe while the store is in use ---------------------------------------------------------

@@ -166,6 +166,25 @@ class AttributeModel:
         share = e / e.sum()
         return [self._names[i] for i in np.nonzero(share >= min_share)[0] if self._names[i]]
 
+    def shares(self, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """The softmax share of each of :data:`ATTRIBUTES` in a memory's vector (sums to 1).
+
+        All zero for a vector of the wrong shape.
+        """
+        cos = self._cosines(vector)[: len(ATTRIBUTES)]
+        if not cos.any():
+            return np.zeros(len(ATTRIBUTES), dtype=np.float32)
+        e = np.exp((cos - cos.max()) / TEMPERATURE)
+        out: npt.NDArray[np.float32] = (e / e.sum()).astype(np.float32)
+        return out
+
+    def top(self, vector: npt.NDArray[np.float32]) -> str | None:
+        """The attribute term a vector is nearest to (``@home``), or ``None`` for no vector."""
+        cos = self._cosines(vector)[: len(ATTRIBUTES)]
+        if not cos.any():
+            return None
+        return self._names[int(np.argmax(cos))]
+
     def asked(self, vector: npt.NDArray[np.float32], gate: float, min_share: float) -> list[str]:
         """The attribute terms a question asks about: none if no cosine reaches ``gate``."""
         cos = self._cosines(vector)

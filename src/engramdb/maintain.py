@@ -15,6 +15,13 @@ is its command-line face; docs/maintenance.md is the user's guide):
   memory, stored as a *new* memory linked to each member with kind
   ``updates``, so the members read as superseded; nothing is rewritten, and
   deleting the new memory undoes the merge.
+- **supersessions** (no LLM): pairs of one owner's live memories about the
+  same subject and attribute where the newer states a different value
+  (:mod:`engramdb.derived`) are proposed, each with a confidence; with
+  ``apply`` those at least ``threshold`` confident are written as
+  ``derived_update`` links, all in one transaction (``Store.link``: a ``LINK``
+  history event on both memories, naming the run). ``undo=RUN`` removes the
+  links one run wrote, in one transaction (``UNLINK`` events).
 
 Every change is one small write through the public API (``delete``, ``add``),
 so the jobs can run while the store is in use; ``dry_run=True`` reports what
@@ -31,6 +38,7 @@ import math
 import re
 import time
 import unicodedata
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -41,7 +49,9 @@ import numpy as np
 
 from engramdb._face import BaseMemory
 from engramdb._time import utc_now
+from engramdb.attributes import AttributeModel
 from engramdb.config import EngramConfig
+from engramdb.derived import APPLY_THRESHOLD, FEATURES, derive
 from engramdb.embedders import Embedder
 from engramdb.errors import (
     ConfigError,
@@ -55,15 +65,17 @@ from engramdb.extract import repair_json
 from engramdb.llms import LLM
 from engramdb.nlp import index_terms
 from engramdb.search import document_text
-from engramdb.stores.base import MemoryRow, Scope, Store
+from engramdb.stores.base import LinkChange, MemoryRow, Scope, Store
 
 __all__ = [
     "DEFAULT_COSINE",
     "DEFAULT_TEXT_SIMILARITY",
+    "DERIVED_KIND",
     "MAX_MERGE_MEMBERS",
     "PHASES",
     "SYSTEM_ACTOR",
     "ClusterMember",
+    "DerivedSupersession",
     "DuplicateCluster",
     "ExpiredMemory",
     "MaintenanceReport",
@@ -95,7 +107,11 @@ MAX_PAIRS = 200_000
 MAX_REPLY_KEPT = 2000
 """Characters of an unusable LLM reply kept in the report."""
 
-PHASES = ("read", "expire", "embed", "compare", "merge")
+DERIVED_KIND = "derived_update"
+"""The link kind of the supersessions the job derives (read ``derived_updated_by`` from
+the older memory's side)."""
+
+PHASES = ("read", "expire", "embed", "compare", "merge", "derive", "link")
 """The phases :data:`ProgressCallback` is called with, in the order they run."""
 
 ProgressCallback = Callable[[str, int, int | None], None]
@@ -112,6 +128,9 @@ _COSINE_BLOCK = 512
 _EPS = 1e-6
 
 ExpireStatus = Literal["deleted", "would_delete", "skipped"]
+DerivedStatus = Literal[
+    "proposed", "below_threshold", "would_link", "linked", "failed", "unlinked", "would_unlink"
+]
 MergeStatus = Literal["stored", "proposed", "declined", "rejected", "failed", "skipped"]
 
 
@@ -194,6 +213,30 @@ class MergeProposal:
 
 
 @dataclass
+class DerivedSupersession:
+    """A supersession derived without an LLM: ``newer_id`` replaces ``older_id``."""
+
+    older_id: str
+    older: str
+    """The older memory's text."""
+    newer_id: str
+    newer: str
+    subject: str
+    """Who both are about (:func:`engramdb.derived.subject_key`: "dana", "dana / parent")."""
+    attribute: str | None
+    """The attribute both lean to most (``@home``)."""
+    confidence: float
+    status: DerivedStatus
+    """``proposed`` (at least the threshold: ``apply`` writes it), ``below_threshold``
+    (reported, never written), ``would_link`` (dry run of ``apply``), ``linked``
+    (written), ``failed`` (the apply's transaction failed: nothing of it was
+    written), ``unlinked`` / ``would_unlink`` (``undo``)."""
+    scope: dict[str, str] = field(default_factory=dict)
+    features: dict[str, float] = field(default_factory=dict)
+    """The features the confidence was computed from (:data:`engramdb.derived.FEATURES`)."""
+
+
+@dataclass
 class MaintenanceReport:
     """Everything :func:`maintain` found and did; :meth:`to_dict` for JSON."""
 
@@ -210,6 +253,10 @@ class MaintenanceReport:
     expired: list[ExpiredMemory] = field(default_factory=list)
     clusters: list[DuplicateCluster] = field(default_factory=list)
     merges: list[MergeProposal] = field(default_factory=list)
+    supersessions: list[DerivedSupersession] = field(default_factory=list)
+    """Derived supersessions: proposed, written (``apply``) or removed (``undo``)."""
+    run: str | None = None
+    """The id of this run's derived links (``apply``): ``undo=RUN`` removes them."""
     notes: list[str] = field(default_factory=list)
     """Warnings for the operator (e.g. thresholds so low that pairs were dropped)."""
     seconds: float = 0.0
@@ -218,6 +265,7 @@ class MaintenanceReport:
         """How many memories each job touched, by outcome."""
         expired = Counter(e.status for e in self.expired)
         merges = Counter(m.status for m in self.merges)
+        derived = Counter(d.status for d in self.supersessions)
         return {
             "scanned": self.scanned,
             "expired": expired["deleted"] + expired["would_delete"],
@@ -229,6 +277,10 @@ class MaintenanceReport:
             "merges_not_stored": sum(
                 merges[s] for s in ("declined", "rejected", "failed", "skipped")
             ),
+            "supersessions_proposed": derived["proposed"] + derived["would_link"],
+            "supersessions_below_threshold": derived["below_threshold"],
+            "supersessions_linked": derived["linked"],
+            "supersessions_unlinked": derived["unlinked"] + derived["would_unlink"],
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -305,6 +357,10 @@ def maintain(
     cosine: float = DEFAULT_COSINE,
     text_similarity: float = DEFAULT_TEXT_SIMILARITY,
     progress: ProgressCallback | None = None,
+    supersessions: bool = False,
+    apply: bool = False,
+    threshold: float = APPLY_THRESHOLD,
+    undo: str | None = None,
 ) -> MaintenanceReport:
     """Run the upkeep jobs on ``memory`` and report what they found and did.
 
@@ -320,28 +376,46 @@ def maintain(
     ``>= text_similarity``; memories already superseded are left out);
     ``merge`` asks the configured LLM for one merged memory per cluster and
     stores it as a new memory linking each member with kind ``updates``.
-    ``dry_run`` reports everything and writes nothing. ``progress`` is a
-    :data:`ProgressCallback`.
+    ``supersessions`` proposes derived supersessions (:mod:`engramdb.derived`;
+    no LLM) and reports them; with ``apply`` the proposals at least
+    ``threshold`` confident are written as ``derived_update`` links in one
+    transaction (all or none; the report's ``run`` names them). ``undo=RUN``
+    removes the derived links run ``RUN`` wrote in the scope, in one
+    transaction. ``dry_run`` reports everything and writes nothing.
+    ``progress`` is a :data:`ProgressCallback`.
 
     Raises:
         ValidationError: a threshold outside (0, 1], ``merge`` without
-            ``duplicates``, or a bad scope id (:class:`ScopeError`).
+            ``duplicates``, ``apply`` without ``supersessions``, or a bad scope
+            id (:class:`ScopeError`).
         ConfigError: ``merge`` without an LLM configured.
         EmbedderMismatchError: ``duplicates`` with an embedder other than the
             one the store's vectors were made with.
         TypeError: ``memory`` is not a blocking :class:`Memory`.
     """
     _check_memory(memory)
-    for name, value in (("cosine", cosine), ("text_similarity", text_similarity)):
+    for name, value in (
+        ("cosine", cosine),
+        ("text_similarity", text_similarity),
+        ("threshold", threshold),
+    ):
         _check_threshold(name, value)
     if merge and not duplicates:
         raise ValidationError("merge needs duplicates: merges are proposed for its clusters")
+    if apply and not supersessions:
+        raise ValidationError("apply writes derived supersessions: it needs supersessions")
+    if undo is not None and supersessions:
+        raise ValidationError("undo and supersessions are two runs: undo first, then propose")
+    if undo is not None and not _RUN.fullmatch(str(undo)):
+        raise ValidationError(
+            f"undo takes a run id such as 'maintain-20260101T000000-ab12cd', got {undo!r}"
+        )
     if merge and memory.llm is None:
         raise ConfigError(
             "merge proposals are written by an LLM and none is configured "
             "({'llm': {...}} in the config, or ENGRAM_LLM)"
         )
-    if duplicates:
+    if duplicates or supersessions:
         _check_embedder(memory)
     ids = {"user_id": user_id, "agent_id": agent_id, "run_id": run_id}
     view = memory.scoped(**ids) if any(v is not None for v in ids.values()) else memory
@@ -355,21 +429,32 @@ def maintain(
             "merge": bool(merge),
             "cosine": float(cosine),
             "text_similarity": float(text_similarity),
+            "supersessions": bool(supersessions),
+            "apply": bool(apply),
+            "threshold": float(threshold),
+            "undo": undo,
         },
         started_at=utc_now(),
     )
     clock = time.monotonic()
     job = _Job(view, report, progress or _silent)
-    job.read(target, vectors=bool(duplicates) and target is None)
+    job.read(target, vectors=bool(duplicates or supersessions) and target is None)
+    if undo is not None:
+        job.undo(str(undo))
     if expire:
         job.expire()
     if duplicates:
         job.find_duplicates(float(cosine), float(text_similarity))
     if merge:
         job.merge()
+    if supersessions:
+        job.derive(float(threshold), apply=bool(apply))
     report.finished_at = utc_now()
     report.seconds = round(time.monotonic() - clock, 3)
     return report
+
+
+_RUN = re.compile(r"maintain-\d{8}T\d{6}-[0-9a-f]{6}")
 
 
 def _silent(phase: str, done: int, total: int | None) -> None:
@@ -416,6 +501,7 @@ class _Job:
         self.progress = progress
         self.rows: list[MemoryRow] = []
         self.stored: dict[str, np.ndarray[Any, np.dtype[np.float32]]] | None = None
+        self.embedded: dict[str, np.ndarray[Any, np.dtype[np.float32]]] = {}
         self.now = utc_now()
 
     # -- reading
@@ -535,7 +621,9 @@ class _Job:
         for start in range(0, len(rows), _EMBED_BATCH):
             batch = rows[start : start + _EMBED_BATCH]
             texts = [document_text(r.text, r.actor_id, fusion) for r in batch]
-            parts.append(np.asarray(self.memory.embedder.embed_documents(texts), np.float32))
+            part = np.asarray(self.memory.embedder.embed_documents(texts), np.float32)
+            self.embedded.update((r.id, v) for r, v in zip(batch, part, strict=True))
+            parts.append(part)
             done += len(batch)
             self.progress("embed", done, total)
         return np.concatenate(parts), done
@@ -697,6 +785,140 @@ class _Job:
             proposal.note = f"the store already holds this text ({existing}); nothing new stored"
             return
         proposal.status, proposal.id = "stored", str(result["id"])
+
+    # -- derived supersessions
+
+    def derive(self, threshold: float, *, apply: bool) -> None:
+        """Propose derived supersessions per owner; with ``apply`` write the confident ones."""
+        live = [r for r in self.rows if not _expired(r, self.now)]
+        live_by_id = {r.id: r for r in live}
+        owners: dict[Scope, list[MemoryRow]] = defaultdict(list)
+        for row in live:
+            owners[_owner(row)].append(row)
+        groups = [
+            sorted(rows, key=lambda r: (r.observed_at or r.created_at, r.id))
+            for _, rows in sorted(owners.items(), key=lambda kv: _owner_key(kv[0]))
+            if len(rows) > 1
+        ]
+        if not groups:
+            return
+        attributes = AttributeModel(
+            np.asarray(self.memory.embedder.embed_documents(AttributeModel.passages()), np.float32)
+        )
+        for done, rows in enumerate(groups, 1):
+            vectors = self._vectors_of(rows)
+            scope: dict[str, str] = dict(_owner(rows[0]).items())
+            for found in derive(rows, vectors, attributes):
+                if _superseded(found.older, live_by_id):
+                    continue  # replaced already (an LLM's link, an earlier run)
+                confident = found.confidence >= threshold
+                status: DerivedStatus = "proposed" if confident else "below_threshold"
+                if confident and apply:
+                    status = "would_link"
+                self.report.supersessions.append(
+                    DerivedSupersession(
+                        older_id=found.older.id,
+                        older=found.older.text,
+                        newer_id=found.newer.id,
+                        newer=found.newer.text,
+                        subject=found.subject,
+                        attribute=found.attribute,
+                        confidence=found.confidence,
+                        status=status,
+                        scope=dict(scope),
+                        features=dict(zip(FEATURES, found.features.values(), strict=True)),
+                    )
+                )
+            self.progress("derive", done, len(groups))
+        if apply and not self.report.dry_run:
+            self._link()
+
+    def _vectors_of(self, rows: Sequence[MemoryRow]) -> np.ndarray[Any, np.dtype[np.float32]]:
+        """The rows' vectors: stored (a whole-store run), embedded already, or embedded now."""
+        if self.stored is not None:
+            return np.stack([self.stored[r.id] for r in rows])
+        missing = [r for r in rows if r.id not in self.embedded]
+        if missing:
+            self._embed(missing, 0, len(missing))
+        return np.stack([self.embedded[r.id] for r in rows])
+
+    def _link(self) -> None:
+        """Write every ``would_link`` proposal as a ``derived_update`` link, in one transaction."""
+        chosen = [d for d in self.report.supersessions if d.status == "would_link"]
+        if not chosen:
+            return
+        run = f"maintain-{self.now[:19].replace('-', '').replace(':', '')}-{uuid.uuid4().hex[:6]}"
+        changes = [
+            LinkChange(
+                from_id=d.newer_id,
+                to_id=d.older_id,
+                kind=DERIVED_KIND,
+                reason=(
+                    f"derived by engram maintain, run {run}; confidence {d.confidence:.2f}, "
+                    f"subject {d.subject or 'the user'}, attribute {d.attribute or '-'}"
+                ),
+            )
+            for d in chosen
+        ]
+        self.progress("link", 0, len(changes))
+        try:
+            self.memory.store.link(changes, SYSTEM_ACTOR)
+        except EngramError as exc:
+            for d in chosen:
+                d.status = "failed"
+            self.report.notes.append(
+                f"writing the derived supersessions failed, so none was written ({exc}); "
+                "run maintain again"
+            )
+            return
+        for d in chosen:
+            d.status = "linked"
+        self.report.run = run
+        self.progress("link", len(changes), len(changes))
+
+    def undo(self, run: str) -> None:
+        """Remove the derived links run ``run`` wrote among the rows read, in one transaction."""
+        marker = f"run {run};"
+        changes: list[LinkChange] = []
+        by_id = {r.id: r for r in self.rows}
+        for row in self.rows:
+            targets = [i for i, k in row.link_kinds.items() if k == DERIVED_KIND]
+            if not targets:
+                continue
+            for event in self.memory.store.history(row.id):
+                reason = event.reason or ""
+                if event.event != "LINK" or marker not in reason:
+                    continue
+                other = reason.split()[1].rstrip(":") if len(reason.split()) > 1 else ""
+                if other not in targets:
+                    continue
+                changes.append(
+                    LinkChange(row.id, other, DERIVED_KIND, f"undo of engram maintain run {run}")
+                )
+                older = by_id.get(other)
+                self.report.supersessions.append(
+                    DerivedSupersession(
+                        older_id=other,
+                        older=older.text if older is not None else "",
+                        newer_id=row.id,
+                        newer=row.text,
+                        subject="",
+                        attribute=None,
+                        confidence=_confidence_of(reason),
+                        status="would_unlink",
+                        scope=dict(_owner(row).items()),
+                    )
+                )
+        if not changes:
+            self.report.notes.append(f"no derived link of run {run} is left in this scope")
+            return
+        if self.report.dry_run:
+            return
+        self.memory.store.unlink(changes, SYSTEM_ACTOR)
+        for d in self.report.supersessions:
+            if d.status == "would_unlink":
+                d.status = "unlinked"
+        self.report.run = run
 
 
 # -- merge prompt and reply ----------------------------------------------------------------
@@ -927,6 +1149,12 @@ def _superseded(row: MemoryRow, live: dict[str, MemoryRow]) -> bool:
         if other is not None and (other.observed_at or other.created_at) >= stated:
             return True
     return False
+
+
+def _confidence_of(reason: str) -> float:
+    """The confidence a ``LINK`` event's reason records (0 if none)."""
+    found = re.search(r"confidence (\d+(?:\.\d+)?)", reason)
+    return float(found.group(1)) if found else 0.0
 
 
 def _owner(row: MemoryRow) -> Scope:

@@ -311,11 +311,12 @@ class Memory(BaseMemory):
             )
 
     def maintain(self, **options: Any) -> MaintenanceReport:
-        """Run the upkeep jobs: expire, near-duplicate clusters, merge proposals.
+        """Run the upkeep jobs: expire, near-duplicate clusters, merges, derived supersessions.
 
         The options and the report are those of :func:`engramdb.maintain.maintain`
         (``user_id``/``agent_id``/``run_id``, ``expire``, ``duplicates``, ``merge``,
-        ``dry_run``, ``cosine``, ``text_similarity``, ``progress``); see
+        ``dry_run``, ``cosine``, ``text_similarity``, ``progress``,
+        ``supersessions``, ``apply``, ``threshold``, ``undo``); see
         docs/maintenance.md. Every change is its own history event, actor ``system``.
         """
         return maintain(self, **options)

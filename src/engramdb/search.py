@@ -1065,7 +1065,16 @@ def newer_first(hits: list[Hit], vectors: Any, cosine: float) -> list[Hit]:
     return out
 
 
-_CHAIN_KINDS = frozenset({"updates", "contradicts", "updated_by", "contradicted_by"})
+_CHAIN_KINDS = frozenset(
+    {
+        "updates",
+        "contradicts",
+        "updated_by",
+        "contradicted_by",
+        "derived_update",
+        "derived_updated_by",
+    }
+)
 
 
 def _in_chain(row: MemoryRow) -> bool:

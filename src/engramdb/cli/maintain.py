@@ -2,7 +2,9 @@
 
 Expires memories past their expiry, lists near-duplicate clusters for review
 and, with ``--merge`` and an LLM configured, stores merged memories that
-supersede each cluster; ``--dry-run`` reports it all and changes nothing.
+supersede each cluster; proposes derived supersessions (no LLM), which
+``--apply`` writes as reversible links (``--undo RUN`` takes a run's back);
+``--dry-run`` reports it all and changes nothing.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ _PHASE_LABELS = {
     "embed": "Embedding",
     "compare": "Comparing",
     "merge": "Merging (LLM)",
+    "derive": "Deriving supersessions",
+    "link": "Linking",
 }
 
 
@@ -98,14 +102,51 @@ def maintain_cmd(
             ),
         ),
     ] = _api_default(maintain, "text_similarity"),
+    no_supersessions: Annotated[
+        bool,
+        typer.Option(
+            "--no-supersessions",
+            help=(
+                "Skip proposing derived supersessions (a newer memory of the same subject "
+                "and attribute that states another value; no LLM; written only with --apply)."
+            ),
+        ),
+    ] = False,
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply",
+            help=(
+                "Write the derived supersessions at least --threshold confident as "
+                "derived_update links, in one transaction; the report names the run "
+                "(--undo RUN takes them back)."
+            ),
+        ),
+    ] = False,
+    threshold: Annotated[
+        float,
+        typer.Option(
+            "--threshold",
+            metavar="X",
+            help="Derived supersessions: the confidence --apply needs, in (0, 1].",
+        ),
+    ] = _api_default(maintain, "threshold"),
+    undo: Annotated[
+        str | None,
+        typer.Option(
+            "--undo",
+            metavar="RUN",
+            help="Remove the derived links that run RUN of --apply wrote (in the scope).",
+        ),
+    ] = None,
     json_out: JsonOut = False,
 ) -> None:
-    """Upkeep: expire memories past their date, list near-duplicates, propose merges.
+    """Upkeep: expire past-date memories, list near-duplicates, propose merges and supersessions.
 
     Without scope ids it works on the whole store. Every change is a soft
-    delete or a new memory, recorded in history as made by `system`, so
-    `engram restore ID` or `engram delete ID` undoes it; safe to run while the
-    store is in use.
+    delete, a new memory or a link, recorded in history as made by `system`,
+    so `engram restore ID`, `engram delete ID` or `engram maintain --undo RUN`
+    undoes it; safe to run while the store is in use.
     """
 
     def run(m: Memory) -> MaintenanceReport:
@@ -122,6 +163,11 @@ def maintain_cmd(
                 cosine=cosine,
                 text_similarity=text_similarity,
                 progress=progress,
+                # An undo reads the links it removes; proposing anew waits for the next run.
+                supersessions=(not no_supersessions or apply) and undo is None,
+                apply=apply,
+                threshold=threshold,
+                undo=undo,
             )
 
     report = _call(ctx, run)
@@ -192,6 +238,8 @@ def _print_report(report: MaintenanceReport, scope: str) -> None:
         _print_merge(proposal.cluster + 1, proposal.status, proposal.memory, proposal.id)
         if proposal.note:
             _say(f"  {proposal.note}")
+    if report.settings.get("supersessions") or report.settings.get("undo"):
+        _print_supersessions(report)
     for note in report.notes:
         _note(f"Note: {note}.")
     if dry:
@@ -227,3 +275,44 @@ def _print_merge(number: int, status: str, text: str | None, new_id: str | None)
         _say(f"Would merge cluster {number} into: {text}")
     else:
         _say(f"Cluster {number} not merged ({status}).")
+
+
+_DERIVED_WORDS = {
+    "proposed": "proposed (--apply writes it)",
+    "below_threshold": "below the threshold",
+    "would_link": "would link",
+    "linked": "linked",
+    "failed": "not written",
+    "would_unlink": "would unlink",
+    "unlinked": "unlinked",
+}
+
+
+def _print_supersessions(report: MaintenanceReport) -> None:
+    found = report.supersessions
+    if not found:
+        _say("No derived supersessions proposed.")
+        return
+    counts = report.counts()
+    _say(
+        f"Derived supersessions: {counts['supersessions_proposed']} at least "
+        f"{report.settings['threshold']:.2f} confident, "
+        f"{counts['supersessions_below_threshold']} below; "
+        f"{counts['supersessions_linked']} linked, {counts['supersessions_unlinked']} unlinked."
+    )
+    table = Table(show_lines=True)
+    table.add_column("subject / attribute", overflow="fold")
+    table.add_column("old -> new", min_width=36, overflow="fold")
+    table.add_column("confidence", no_wrap=True)
+    table.add_column("status")
+    for d in found:
+        cell = Text(d.older)
+        cell.append(f"\n{d.older_id}", style="dim")
+        cell.append("\n-> ")
+        cell.append(d.newer)
+        cell.append(f"\n{d.newer_id}", style="dim")
+        who = f"{d.subject or 'the user'}\n{d.attribute or '-'}"
+        table.add_row(who, cell, f"{d.confidence:.2f}", _DERIVED_WORDS.get(d.status, d.status))
+    _stdout().print(table)
+    if report.run and counts["supersessions_linked"]:
+        _say(f"Run {report.run}: undo with `engram maintain --undo {report.run}`.")

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 __all__ = [
+    "DERIVED_KINDS",
     "INCOMING_KIND",
     "KEEP",
     "LINK_KINDS",
@@ -27,6 +28,7 @@ __all__ = [
     "HistoryEvent",
     "Hit",
     "Keep",
+    "LinkChange",
     "LinkKind",
     "MemoryRow",
     "NewMemory",
@@ -62,7 +64,13 @@ LINK_KINDS: tuple[LinkKind, ...] = ("related", "updates", "contradicts", "follow
 two cannot both hold, ``follows_up`` a later event of the same story, ``related``
 anything else (and every link stored before link kinds existed)."""
 
-SUPERSEDING_KINDS: frozenset[str] = frozenset({"updates", "contradicts"})
+DERIVED_KINDS: tuple[str, ...] = ("derived_update",)
+"""Link kinds no caller writes through ``add``: ``derived_update`` is a supersession
+that ``engram maintain`` derived without an LLM (same subject and attribute, a newer
+value; :mod:`engramdb.derived`), written with :meth:`Store.link` and taken back with
+:meth:`Store.unlink`, each a ``LINK`` / ``UNLINK`` history event."""
+
+SUPERSEDING_KINDS: frozenset[str] = frozenset({"updates", "contradicts", "derived_update"})
 """The kinds that make the older end of a link *superseded* when the newer end is
 live and visible (derived at read time, never stored)."""
 
@@ -71,6 +79,7 @@ INCOMING_KIND: dict[str, str] = {
     "updates": "updated_by",
     "contradicts": "contradicted_by",
     "follows_up": "followed_up_by",
+    "derived_update": "derived_updated_by",
 }
 """How a link reads from its target's side: the label of an incoming link."""
 
@@ -242,8 +251,25 @@ class MemoryRow:
         this memory is superseded.
         """
         return [
-            i for i, kind in self.link_kinds.items() if kind in ("updated_by", "contradicted_by")
+            i
+            for i, kind in self.link_kinds.items()
+            if kind in ("updated_by", "contradicted_by", "derived_updated_by")
         ]
+
+
+@dataclass(frozen=True)
+class LinkChange:
+    """One link between two existing memories, for :meth:`Store.link` / :meth:`Store.unlink`.
+
+    ``from_id`` is the memory whose link it is (the newer one of a supersession),
+    ``to_id`` the memory it points at; both must be of one owner. ``reason`` is
+    kept in the ``LINK`` / ``UNLINK`` history events of both memories.
+    """
+
+    from_id: str
+    to_id: str
+    kind: str
+    reason: str | None = None
 
 
 @dataclass

@@ -227,6 +227,8 @@ def history_rows(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "RESTORE": " restored",
             "ATTACH": " seen again",
             "DETACH": " detached",
+            "LINK": " linked",
+            "UNLINK": " unlinked",
         }.get(str(kind), "" if makes else f" {str(kind).lower()}")
         if makes and kind == "RESTORE":
             suffix = " (restored)"

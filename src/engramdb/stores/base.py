@@ -25,6 +25,7 @@ from engramdb.core.records import (
     EntityRef,
     HistoryEvent,
     Keep,
+    LinkChange,
     MemoryRow,
     NewMemory,
     NewMessage,
@@ -46,6 +47,7 @@ __all__ = [
     "EntityRef",
     "HistoryEvent",
     "Keep",
+    "LinkChange",
     "MemoryRow",
     "NewMemory",
     "NewMessage",
@@ -149,6 +151,28 @@ class Store(Protocol):
 
         The memory stays for its owner; a DETACH event records what went.
         None if none of the sessions was attached.
+        """
+        ...
+
+    def link(self, links: Sequence[LinkChange], actor: str) -> list[HistoryEvent]:
+        """Link existing memories, all in one transaction; returns the events written.
+
+        Each link joins two memories of one owner that are not deleted
+        (:class:`MemoryNotFoundError` or :class:`ValidationError` otherwise, and
+        nothing of the call is written). A link already there is left alone (no
+        event). Each new link writes a ``LINK`` event on both memories
+        (:func:`~engramdb.stores.kernel.history.link_events`); neither memory's
+        version, text, metadata nor ``updated_at`` changes.
+        """
+        ...
+
+    def unlink(self, links: Sequence[LinkChange], actor: str) -> list[HistoryEvent]:
+        """Remove links, all in one transaction; returns the ``UNLINK`` events written.
+
+        The exact inverse of :meth:`link`: the link rows go, an ``UNLINK`` event
+        lands on each memory (deleted ones too); a link that is not there is
+        skipped (no event), a memory that does not exist raises
+        :class:`MemoryNotFoundError` and nothing is written.
         """
         ...
 
@@ -506,6 +530,14 @@ class AsyncStore(Protocol):
         reason: str | None = None,
     ) -> HistoryEvent | None:
         """See :meth:`Store.detach_session`."""
+        ...
+
+    async def link(self, links: Sequence[LinkChange], actor: str) -> list[HistoryEvent]:
+        """See :meth:`Store.link`."""
+        ...
+
+    async def unlink(self, links: Sequence[LinkChange], actor: str) -> list[HistoryEvent]:
+        """See :meth:`Store.unlink`."""
         ...
 
     async def keep_failed(

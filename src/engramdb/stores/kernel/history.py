@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engramdb.core.records import HistoryEvent, MemoryRow, NewMemory, RestorePlan
+from engramdb.core.records import (
+    INCOMING_KIND,
+    HistoryEvent,
+    LinkChange,
+    MemoryRow,
+    NewMemory,
+    RestorePlan,
+)
 from engramdb.errors import VersionNotFoundError
 
 __all__ = [
@@ -17,6 +24,7 @@ __all__ = [
     "attach_event",
     "delete_event",
     "detach_event",
+    "link_events",
     "plan_from_history",
     "restore_event",
     "restore_target",
@@ -205,3 +213,41 @@ def detach_event(
         reason=f"detached {what}" + (f": {reason}" if reason else ""),
         created_at=now,
     )
+
+
+def link_events(
+    change: LinkChange,
+    ends: tuple[tuple[str, int], tuple[str, int]],
+    event: str,
+    actor: str,
+    now: str,
+) -> list[HistoryEvent]:
+    """The ``LINK`` or ``UNLINK`` events of one link, one on each memory it joins.
+
+    ``ends``: the ``(text, version)`` of ``change.from_id`` and of ``change.to_id``.
+    Neither memory's version, text or metadata changes; the reason says the link
+    as read from that memory's side ("derived_update <id>" on the newer one,
+    "derived_updated_by <id>" on the older one), then ``change.reason``.
+    """
+    out = []
+    sides = (
+        (change.from_id, change.kind, change.to_id, ends[0]),
+        (change.to_id, INCOMING_KIND.get(change.kind, "related"), change.from_id, ends[1]),
+    )
+    for memory_id, label, other, (text, version) in sides:
+        reason = f"{label} {other}" + (f": {change.reason}" if change.reason else "")
+        out.append(
+            HistoryEvent(
+                memory_id=memory_id,
+                event=event,
+                version=version,
+                old_memory=text,
+                new_memory=text,
+                old_metadata=None,
+                new_metadata=None,
+                actor=actor,
+                reason=reason,
+                created_at=now,
+            )
+        )
+    return out

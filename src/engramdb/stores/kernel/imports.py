@@ -14,7 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engramdb.core.records import LINK_KINDS, EntityRef, HistoryEvent, Scope, visible_scope
+from engramdb.core.records import (
+    DERIVED_KINDS,
+    LINK_KINDS,
+    EntityRef,
+    HistoryEvent,
+    Scope,
+    visible_scope,
+)
 from engramdb.errors import ImportFormatError
 
 __all__ = ["ImportedMemory", "clash_error", "imported", "repeat_error"]
@@ -106,7 +113,9 @@ def imported(r: dict[str, Any]) -> ImportedMemory:
         ],
         links=list(r.get("linked_memory_ids", [])),
         link_kinds={
-            str(k): str(v) for k, v in (r.get("link_kinds") or {}).items() if v in LINK_KINDS
+            str(k): str(v)
+            for k, v in (r.get("link_kinds") or {}).items()
+            if v in LINK_KINDS or v in DERIVED_KINDS
         },
     )
 

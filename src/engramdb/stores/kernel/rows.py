@@ -138,11 +138,13 @@ def memory_row(
 _LABEL_RANK = {
     "updated_by": 0,
     "contradicted_by": 1,
-    "updates": 2,
-    "contradicts": 3,
-    "followed_up_by": 4,
-    "follows_up": 5,
-    "related": 6,
+    "derived_updated_by": 2,
+    "updates": 3,
+    "contradicts": 4,
+    "derived_update": 5,
+    "followed_up_by": 6,
+    "follows_up": 7,
+    "related": 8,
 }
 
 
@@ -167,7 +169,7 @@ def fold_links(labelled: Iterable[tuple[str, str]]) -> tuple[list[str], dict[str
     kinds: dict[str, str] = {}
     for other, label in labelled:
         old = kinds.get(other)
-        if old is None or _LABEL_RANK.get(label, 6) < _LABEL_RANK.get(old, 6):
+        if old is None or _LABEL_RANK.get(label, 8) < _LABEL_RANK.get(old, 8):
             kinds[other] = label
     ids = sorted(kinds)
     return ids, {i: k for i, k in kinds.items() if k != "related"}

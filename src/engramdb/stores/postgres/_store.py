@@ -158,6 +158,8 @@ class _Operations:
     add = _Op(_Flows.add, "write")
     attach_session = _Op(_Flows.attach_session, "write")
     detach_session = _Op(_Flows.detach_session, "write")
+    link = _Op(_Flows.link, "write")
+    unlink = _Op(_Flows.unlink, "write")
     keep_failed = _Op(_Flows.keep_failed, "write")
     failure = _Op(_Flows.failure, "read")
     failures = _Op(_Flows.failures, "single")

@@ -14,6 +14,7 @@ from engramdb.errors import (
     ConflictError,
     DuplicateMemoryError,
     MemoryNotFoundError,
+    ValidationError,
 )
 from engramdb.stores.base import (
     KEEP,
@@ -21,6 +22,7 @@ from engramdb.stores.base import (
     EntityRef,
     HistoryEvent,
     Keep,
+    LinkChange,
     MemoryRow,
     NewMemory,
     NewMessage,
@@ -34,6 +36,7 @@ from engramdb.stores.kernel.history import (
     attach_event,
     delete_event,
     detach_event,
+    link_events,
     plan_from_history,
     restore_event,
     restore_target,
@@ -328,6 +331,63 @@ class _Writes(_Store):
             event = detach_event(memory_id, text, int(version), detached, actor, now, reason)
             self._insert_history(con, event)
             return event
+
+    def link(self, links: Sequence[LinkChange], actor: str) -> list[HistoryEvent]:
+        """Link existing memories in one transaction (see :meth:`Store.link`)."""
+        return self._relink(links, actor, add=True)
+
+    def unlink(self, links: Sequence[LinkChange], actor: str) -> list[HistoryEvent]:
+        """Remove links in one transaction (see :meth:`Store.unlink`)."""
+        return self._relink(links, actor, add=False)
+
+    def _relink(self, links: Sequence[LinkChange], actor: str, *, add: bool) -> list[HistoryEvent]:
+        now = utc_now()
+        events: list[HistoryEvent] = []
+        with self._write() as con, self._translate():
+            seq: int | None = None
+            for change in links:
+                ends = []
+                for memory_id in (change.from_id, change.to_id):
+                    row = con.execute(
+                        "SELECT rowid, owner, text, version, deleted_at FROM memories WHERE id = ?",
+                        (memory_id,),
+                    ).fetchone()
+                    if row is None or (add and row[4] is not None):
+                        raise MemoryNotFoundError(memory_id)
+                    ends.append(row)
+                (a, owner_a, text_a, ver_a, _), (b, owner_b, text_b, ver_b, _) = ends
+                if add and (owner_a != owner_b or a == b):
+                    raise ValidationError(
+                        f"a link joins two memories of one owner: {change.from_id!r} "
+                        f"and {change.to_id!r} are not"
+                    )
+                if add:
+                    written = con.execute(
+                        "INSERT OR IGNORE INTO memory_links(from_rowid, to_rowid, kind, "
+                        "created_at) VALUES (?, ?, ?, ?)",
+                        (a, b, change.kind, now),
+                    ).rowcount
+                else:
+                    written = con.execute(
+                        "DELETE FROM memory_links WHERE from_rowid = ? AND to_rowid = ? "
+                        "AND kind = ?",
+                        (a, b, change.kind),
+                    ).rowcount
+                if not written:
+                    continue
+                if seq is None:
+                    seq = self._bump(con)
+                con.execute("UPDATE memories SET seq = ? WHERE rowid IN (?, ?)", (seq, a, b))
+                for event in link_events(
+                    change,
+                    ((text_a, int(ver_a)), (text_b, int(ver_b))),
+                    "LINK" if add else "UNLINK",
+                    actor,
+                    now,
+                ):
+                    self._insert_history(con, event)
+                    events.append(event)
+        return events
 
     def _set_content(
         self,
