@@ -71,6 +71,8 @@ _CJK_RUN = re.compile(f"[{_CJK}]+")
 
 # Thousands separators inside numbers go before tokenising: "1,000" -> "1000".
 _THOUSANDS = re.compile(r"(?<=\d)[,\u202f\u00a0'](?=\d{3}(?!\d))")
+# Where _THOUSANDS may match at all (a cheaper search than its look-behind at every place).
+_SEPARATED = re.compile(r"\d[,\u202f\u00a0']\d")
 _ORDINAL = re.compile(r"(\d+)(?:st|nd|rd|th)")
 # Apostrophes and hyphens left inside a lemma.
 _JOINERS = re.compile("['\u2019\\-]+")
@@ -113,6 +115,13 @@ def _token_re() -> re.Pattern[str]:
     return re.compile(f"(?P<cjk>[{_CJK}]+)|(?P<word>{word})")
 
 
+@lru_cache(maxsize=1)
+def _ascii_word_re() -> re.Pattern[str]:
+    # What _token_re matches in ASCII text: letters and digits (no CJK, no combining
+    # marks), joined only by the apostrophe and the hyphen. findall gives the words.
+    return re.compile(r"[A-Za-z0-9]+(?:['\-][A-Za-z0-9]+)*")
+
+
 def fold(text: str) -> str:
     """Case-fold and drop combining marks: "Café" -> "cafe", "Straße" -> "strasse".
 
@@ -144,12 +153,19 @@ def detect_language(text: str) -> str:
 
 
 def _language_of(folded_words: list[str]) -> str:
+    # Another language wins with at least two hits and more than English: only the
+    # words that are some other language's stop word can make its hits.
+    other = [w for w in folded_words if w in _OTHER_STOPS]
+    if len(other) < 2:
+        return "en"
     english = sum(1 for w in folded_words if w in STOP_WORDS["en"])
+    if len(other) <= english:
+        return "en"
     best, best_hits = "en", english
     for lang, stops in STOP_WORDS.items():
         if lang == "en":
             continue
-        hits = sum(1 for w in folded_words if w in stops)
+        hits = sum(1 for w in other if w in stops)
         if hits > best_hits and hits >= 2:
             best, best_hits = lang, hits
     return best
@@ -166,6 +182,9 @@ def _stops_for(lang: str) -> frozenset[str]:
 
 
 _STOPS_FOR: dict[str, frozenset[str]] = {lang: _stops_for(lang) for lang in STOP_WORDS}
+_OTHER_STOPS: frozenset[str] = frozenset().union(
+    *(stops for lang, stops in STOP_WORDS.items() if lang != "en")
+)
 
 
 def _number(piece: str) -> str:
@@ -218,20 +237,40 @@ def _cjk_terms(run: str) -> list[str]:
     return out
 
 
-def _terms(text: str) -> list[str]:
+def _tokens(text: str) -> tuple[list[str], list[bool] | None, str, bool]:
+    """Steps 1-3 of the pipeline: ``text``'s tokens, its CJK runs, language and acronyms.
+
+    Returns the tokens in order, which of them are CJK runs (None when none
+    is), the language and whether all-capital words count as acronyms.
+    """
+    if text.isascii():
+        # NFKC leaves ASCII as it is, and fold() of an ASCII word is its casefold, which
+        # for ASCII is lower(): one findall each instead of a match object per word.
+        if ("," in text or "'" in text) and _SEPARATED.search(text):
+            text = _THOUSANDS.sub("", text)
+        words: list[str] = _ascii_word_re().findall(text)
+        if not words:
+            return words, None, "en", True
+        lang = _language_of(" ".join(words).lower().split(" "))
+        return words, None, lang, not text.isupper()
     text = _THOUSANDS.sub("", unicodedata.normalize("NFKC", text))
     matches = list(_token_re().finditer(text))
-    if not matches:
-        return []
-    lang = _language_of([fold(m.group()) for m in matches if m.lastgroup == "word"])
+    words = [m.group() for m in matches]
+    cjk = [m.lastgroup == "cjk" for m in matches]
+    lang = _language_of([fold(w) for w, c in zip(words, cjk, strict=True) if not c])
     # In all-capital text every word looks like an acronym; trust none then.
-    keep_acronyms = not text.isupper()
+    return words, cjk if any(cjk) else None, lang, not text.isupper()
+
+
+def _terms(text: str) -> list[str]:
+    words, cjk, lang, keep_acronyms = _tokens(text)
     out: list[str] = []
-    for m in matches:
-        if m.lastgroup == "cjk":
-            out.extend(_cjk_terms(m.group()))
-        else:
-            out.extend(_word_terms(m.group(), lang, keep_acronyms))
+    if cjk is None:
+        for word in words:
+            out += _word_terms(word, lang, keep_acronyms)
+        return out
+    for word, is_cjk in zip(words, cjk, strict=True):
+        out += _cjk_terms(word) if is_cjk else _word_terms(word, lang, keep_acronyms)
     return out
 
 
