@@ -4,7 +4,7 @@ Run::
 
     python -m engramdb_bench.derived_links [--fit] [--out FILE.json]
 
-No LLM, no network: the local embedding model only (about a minute).
+No LLM, no network: the local embedding model only (about 15 s).
 
 **Changes** (recall and precision): the knowledge-update set
 (``tests/data/knowledge_updates.json``) in ``facts`` mode, one gold fact per
@@ -17,7 +17,7 @@ Figures are per half: the conversations at even positions (``fit``: the
 weights and the threshold are chosen there) and at odd ones (``test``).
 
 **No changes** (false links): the personal-facts set
-(``data/personal_facts.json``, 40 users, 424 facts, one add per fact as an
+(``data/personal_facts.json``, 40 users, 672 memories, one add per fact as an
 app stores them): no fact replaces another, so every proposal is a false
 link; reported per 100 memories.
 

@@ -5,8 +5,10 @@ Run::
     engram bench knowledge-update [--data FILE] [--mode verbatim|facts|both]
         [--top-k 20] [--out FILE.json] [--details]
 
-or ``python -m engramdb_bench.knowledge_update`` with the same options, or call
-:func:`run`. It needs no LLM and no network: the local embedding model only.
+or ``python -m engramdb_bench.knowledge_update`` with the same options (and
+``--derive``: ``engram maintain --apply``'s derived supersessions after each
+conversation's ingestion), or call :func:`run`. It needs no LLM and no network: the
+local embedding model only.
 
 **The data** is engramdb's own (``tests/data/knowledge_updates.json``, made by
 ``scripts/gen_knowledge_updates.py``, whose docstring gives the format): 20
@@ -605,6 +607,7 @@ def _run_mode(
     config: dict[str, Any] | None = None,
     llm: LLM | None = None,
     ask_at: AskAt = "end",
+    derive: bool = False,
 ) -> dict[str, Any]:
     settings = _settings(config, retrieval)
     with (
@@ -623,9 +626,20 @@ def _run_mode(
         started = time.perf_counter()
         sources: dict[str, dict[str, list[str]]] = {}
         tally = {"changes": 0, "linked": 0}
+        derived = {"linked": 0}
         for n, conv in enumerate(convs, 1):
             say(f"{mode}: ingesting {conv.id} ({n}/{len(convs)})")
             sources[conv.id] = ingest(memory, conv, mode, tally)
+            if derive:
+                # engram maintain --apply: derived supersessions, no LLM.
+                done = memory.maintain(
+                    user_id=conv.id,
+                    expire=False,
+                    duplicates=False,
+                    supersessions=True,
+                    apply=True,
+                )
+                derived["linked"] += done.counts()["supersessions_linked"]
         ingest_s = time.perf_counter() - started
         memories = memory.store.count()
         failed = (
@@ -683,6 +697,7 @@ def _run_mode(
             if mode == "scripted"
             else {}
         ),
+        **({"derived_links": derived["linked"]} if derive else {}),
         "ingest_seconds": round(ingest_s, 2),
         **({"failed_adds": failed} if mode == "extracted" else {}),
         "overall": summarise([r for _, r in rows]),
@@ -710,6 +725,7 @@ def run(
     conversations: int | None = None,
     ask_at: AskAt = "end",
     cache_dir: str | Path | None = None,
+    derive: bool = False,
 ) -> dict[str, Any]:
     """Run the benchmark in each of ``modes``; returns the report (and writes ``out``).
 
@@ -723,7 +739,8 @@ def run(
     mem0-shaped dict, also used for the extraction settings) or of
     ``$ENGRAM_LLM``; replies are cached under ``cache_dir`` (reruns are free).
     ``conversations`` keeps the first N conversations (a real local model
-    takes minutes per conversation).
+    takes minutes per conversation). ``derive`` runs ``engram maintain --apply``
+    (derived supersessions, no LLM) on each conversation after its ingestion.
     """
     say = progress or (lambda _msg: None)
     for mode in modes:
@@ -772,9 +789,21 @@ def run(
         "retrieval": retrieval or {},
         "as_of_parameter": use_as_of,
         "asked_at": ask_at,
+        "derive": derive,
         "modes": {
             m: _run_mode(
-                m, convs, wrapped, top_k, details, say, retrieval, use_as_of, config, cached, ask_at
+                m,
+                convs,
+                wrapped,
+                top_k,
+                details,
+                say,
+                retrieval,
+                use_as_of,
+                config,
+                cached,
+                ask_at,
+                derive,
             )
             for m in modes
         },
@@ -853,6 +882,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-as-of", action="store_true", help="ask as-of questions without search(as_of=)"
     )
+    parser.add_argument(
+        "--derive",
+        action="store_true",
+        help="run engram maintain --apply (derived supersessions) after each conversation",
+    )
     args = parser.parse_args(argv)
     modes: tuple[Mode, ...] = MODES if args.mode == "all" else (args.mode,)
     report = run(
@@ -868,6 +902,7 @@ def main(argv: list[str] | None = None) -> int:
         conversations=args.conversations,
         cache_dir=args.cache,
         ask_at=args.ask_at,
+        derive=args.derive,
     )
     print(format_report(report))
     return 0
