@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from engramdb.core.vectors import VectorIndex
+from engramdb.core.vectors import VectorIndex, _best_unordered
 
 Matrix = npt.NDArray[np.float32]
 Keys = npt.NDArray[np.int64]
@@ -330,3 +330,24 @@ def test_concurrent_add_and_search(data: tuple[Keys, Matrix, Matrix]) -> None:
     assert not errors
     removed = sum(len(range(0, len(chunk), 50)) for chunk in chunks)
     assert len(index) == 2_000 - removed
+
+
+@pytest.mark.parametrize("shape", ["random", "ties", "sorted", "two_clusters"])
+def test_best_unordered_is_argpartitions_set(shape: str) -> None:
+    """The compact index's pool: the same scores as argpartition's ``count`` best, whatever
+    the sample says (ties at the bound, scores in order, a sample unlike the rest)."""
+    rng = np.random.default_rng(7)
+    for n, count in [(100_000, 5_000), (20_000, 1_600), (3_000, 700), (50, 3), (1_000, 999)]:
+        if shape == "random":
+            scores = rng.normal(size=n)
+        elif shape == "ties":
+            scores = np.round(rng.normal(size=n), 1)
+        elif shape == "sorted":
+            scores = np.sort(rng.normal(size=n))
+        else:
+            scores = np.concatenate([rng.normal(size=n // 2) - 3, rng.normal(size=n - n // 2)])
+        values: npt.NDArray[np.float32] = scores.astype(np.float32)
+        got = _best_unordered(values, count)
+        want = np.argpartition(values, n - count)[n - count :]
+        assert np.unique(got).size == count
+        assert np.array_equal(np.sort(values[got]), np.sort(values[want]))
