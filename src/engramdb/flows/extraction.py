@@ -455,7 +455,7 @@ class ExtractionFlows(ReadFlows, ChangeFlows):
             )
             for mem, vec in zip(todo, vectors, strict=True):
                 mem.embedding = vec
-            attrs = yield from self._attribute_terms([m.embedding for m in todo])
+            attrs = self._attribute_terms([m.embedding for m in todo])
             for mem, extra in zip(todo, attrs, strict=True):
                 mem.terms = with_attribute_terms(mem.terms, extra)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from engramdb._engine import EmbedDocuments, Emit, Flow, store_call
+from engramdb._engine import Emit, Flow, store_call
 from engramdb.attributes import FITTED_FOR, AttributeModel
 from engramdb.config import EngramConfig, ExtractionConfig
 from engramdb.core.access import FULL_ACCESS, Access, Holding, holding
@@ -246,31 +246,27 @@ class FlowState:
             yield from store_call(Store.bind_embedder, self.embedder_model, self.embedder_dim)
             self._bound = True
 
-    def _attribute_model(self) -> Flow[AttributeModel]:
-        # The prototypes are embedded once per flow state, on first use.
+    def _attribute_model(self) -> AttributeModel:
+        # The shipped classifier, read once per process (attributes.py).
         if self._attributes is None:
-            vectors = yield EmbedDocuments(AttributeModel.passages())
-            self._attributes = AttributeModel(vectors)
+            self._attributes = AttributeModel.shipped()
         return self._attributes
 
     @property
     def attributes_on(self) -> bool:
         """Whether attribute terms are indexed and asked (``attribute_gate``, attributes.py).
 
-        The gate is a cosine of the embedder it was measured with
+        The shipped classifier reads the default embedder's vectors
         (:data:`~engramdb.attributes.FITTED_FOR`): with another embedder the
-        lever is off unless the config sets ``attribute_gate`` itself.
+        lever is off whatever the config says.
         """
-        fusion = self.fusion
-        return fusion.attribute_gate > 0 and (
-            self.embedder_model == FITTED_FOR or "attribute_gate" in fusion.model_fields_set
-        )
+        return self.fusion.attribute_gate > 0 and self.embedder_model in FITTED_FOR
 
-    def _attribute_terms(self, vectors: Sequence[Any]) -> Flow[list[str]]:
+    def _attribute_terms(self, vectors: Sequence[Any]) -> list[str]:
         """The attribute terms of each memory vector (empty strings with the lever off)."""
         if not self.attributes_on:
             return ["" for _ in vectors]
-        model = yield from self._attribute_model()
+        model = self._attribute_model()
         share = self.fusion.attribute_share
         return [" ".join(model.leaning(v, share)) for v in vectors]
 
