@@ -124,7 +124,9 @@ def test_the_next_message_of_the_speaker_joins_the_results(
         assert details["offset"] == 1
         assert details["fusion"] == pytest.approx(0.8 * found[0]["score_details"]["fusion"])
     # The same store with the lever off: the distractors push the answer out of the top 3.
-    with _open(request, backend, db_path, embedder, OFF) as m:
+    # (The attribute terms, which find the cello turn by themselves, are off too: this
+    # measures the lending alone.)
+    with _open(request, backend, db_path, embedder, {**OFF, "attribute_gate": 0.0}) as m:
         off = m.search(_QUERY, user_id="u", run_id="s1", top_k=3)["results"]
         assert off[0]["id"] == top
         assert answer not in [r["id"] for r in off], [r["memory"] for r in off]

@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from engramdb.attributes import relations_of
 from engramdb.core.records import Candidate, Hit, MemoryRow
 from engramdb.nlp import (
     detect_language,
@@ -307,6 +308,14 @@ class FusionConfig(BaseModel):
     embeds within this cosine of it ("I drive a Kia Niro" / "I drive a Ford Focus
     now") takes its place: of two statements about the same thing, the newer holds.
     Costs one embedding of those hits' texts per such question."""
+    attribute_currency: bool = True
+    """What holds now, read from statements: for a question about the present or
+    at a date (``as_of``) that asks a personal attribute (``attribute_gate``), the
+    latest statement by the person it names (a speaker of the scope; else the
+    store's own person) carrying that attribute's term comes first
+    (:func:`latest_of_attribute`). Costs one more candidate read for such
+    questions. On verbatim turns with no links it is the only signal of which
+    of several statements still holds (docs/retrieval.md)."""
     present_alike_hits: int = Field(default=8, ge=2, le=50)
     """How many of the first hits the present-tense lever compares."""
     neighbour_hits: int = Field(default=2, ge=0, le=50)
@@ -373,13 +382,13 @@ class FusionConfig(BaseModel):
     "yesterday", "last week", ...), the candidates whose text says no time have their
     score multiplied by ``1 - when_weight``. Off because it does not generalise on
     LoCoMo dev by leave-one-conversation-out (docs/retrieval.md)."""
-    attribute_gate: float = Field(default=0.8, ge=0, le=1)
-    """Attribute terms (0: off): a question whose vector lies within this cosine of a
-    personal attribute's prototype (:mod:`engramdb.attributes`: "What make of motor
-    does Daniel have?" near "someone's vehicle: car, make and model, ...") also
+    attribute_gate: float = Field(default=0.5, ge=0, le=1)
+    """Attribute terms (0: off): a question the attribute classifier
+    (:mod:`engramdb.attributes`) gives at least this probability of asking about a
+    personal attribute ("What make of motor does Daniel have?": vehicle) also
     searches the attribute's keyword term (``@vehicle``), which memories carry when
-    their own vector leans to that attribute. Cosines of the default embedder: with
-    another the lever is off unless the config sets this field."""
+    their own vector gets ``attribute_share`` for it. The classifier reads the
+    default embedder's vectors: with another embedder the lever is off."""
     other_subject_factor: float = Field(default=0.5, ge=0, le=1)
     """Someone else's fact (1: off): a memory that opens with a relation as its subject
     ("My manager is allergic to nuts", "Kwame's sister's favourite food is sushi";
@@ -392,8 +401,8 @@ class FusionConfig(BaseModel):
     without the name as a keyword, entity key or in its vector; costs a second query
     embedding and candidate read for such queries."""
     attribute_share: float = Field(default=0.3, gt=0, le=1)
-    """The softmax share (over the cosines to every prototype) an attribute needs to
-    be a memory's or a question's attribute term."""
+    """The probability (:mod:`engramdb.attributes`) an attribute needs to be one of a
+    memory's attribute terms (index time)."""
     chatter_factor: float = Field(default=0.5, ge=0, le=1)
     """Small talk's share of its fused score (default 0.5; 1: off). A candidate whose own keyword
     terms, past the speakers' names, are all everyday conversation words ("Not bad
@@ -422,6 +431,7 @@ _SIGNALS_ALONE: dict[str, Any] = {
     "when_weight": 0.0,
     "chatter_factor": 1.0,
     "attribute_gate": 0.0,
+    "attribute_currency": False,
     "other_subject_factor": 1.0,
     "owner_names": False,
 }
@@ -957,6 +967,9 @@ def rank_superseded(
 ) -> list[Hit]:
     """Put every superseded hit right below what superseded it (docs/retrieval.md).
 
+    When the first hit is in a supersession chain, its links decide and nothing
+    moves.
+
     ``previous`` (the question asks what held before: "what did she drive
     before?", :func:`engramdb.nlp.querytime.asks_previous`): the other way
     round, each superseded hit right *above* what superseded it, so the
@@ -1025,6 +1038,77 @@ def rank_superseded(
     order.sort(key=lambda h: when(h.row), reverse=True)
     order.sort(key=lambda h: (-h.score, place[h.row.id], (h.row.id in superseded) != previous))
     return order
+
+
+def _asks(text: str) -> bool:
+    """Whether a text ends in a question mark (a question states no value)."""
+    return text.rstrip().rstrip("\"')\u201d").endswith("?")
+
+
+def _about_named(row: MemoryRow, names: frozenset[str]) -> bool:
+    """Whether a memory is by, or opens with, a person in ``names`` (entity keys)."""
+    if row.actor_id and normalize_entity(row.actor_id) in names:
+        return True
+    return opening_name(row.text, possessor=True) in names
+
+
+def latest_of_attribute(
+    hits: list[Hit],
+    holders: Sequence[Candidate],
+    asked: Sequence[str],
+    *,
+    previous: bool = False,
+    names: frozenset[str] = frozenset(),
+    owners: frozenset[str] = frozenset(),
+) -> list[Hit]:
+    """``hits`` with the latest statement of the asked attribute first (what holds now).
+
+    ``holders``: the memories about the question's subject that carry one of the
+    attribute terms the question asks (``asked``), read from the store for this
+    (:meth:`engramdb.flows.read.ReadFlows._attribute_currency`). Someone else's
+    fact among them (:func:`other_subject_factors`) and a text that ends in a
+    question do not count; when some holders are by or open with a person the
+    question names (``names``, entity keys) and that is not the store's own
+    person (``owners``), only they count. The one
+    stated last (:func:`when`; on a tie, the one nearer the query) takes the
+    first place and its score, the others keep their order below it. Nothing
+    moves when no holder is left or the latest is first already.
+
+    When the first hit is in a supersession chain, its links decide and nothing
+    moves.
+
+    ``previous`` (the question asks what held before:
+    :func:`engramdb.nlp.querytime.asks_previous`): the latest holder stated
+    before the latest one's moment takes the first place instead (none: nothing
+    moves). A value said again in the same session is the same value.
+    """
+    if not hits or not holders or _in_chain(hits[0].row):
+        return hits  # links already say which version holds (rank_superseded)
+    own = other_subject_factors(holders, 0.0, relations_of(asked), owners, names)
+    # A question asked states nothing ("Cool! What music do you play?").
+    mine = [c for c, f in zip(holders, own, strict=True) if f == 1.0 and not _asks(c.row.text)]
+    if names and not owners:
+        # The person the question names, when some holder is theirs: by who said it
+        # or by the name it opens with ("Sofia works at ...").
+        named = [c for c in mine if _about_named(c.row, names)]
+        mine = named or mine
+    if not mine:
+        return hits
+    latest = max(mine, key=lambda c: (when(c.row), c.semantic, c.row.id))
+    if previous:
+        earlier = [c for c in mine if when(c.row) < when(latest.row)]
+        if not earlier:
+            return hits
+        latest = max(earlier, key=lambda c: (when(c.row), c.semantic, c.row.id))
+    if hits[0].row.id == latest.row.id:
+        return hits
+    found = next((h for h in hits if h.row.id == latest.row.id), None)
+    explain: dict[str, Any] = (
+        dict(found.explain) if found is not None else {"semantic": latest.semantic}
+    )
+    explain["latest_of"] = list(asked)
+    first = Hit(latest.row, hits[0].score, explain)
+    return [first, *(h for h in hits if h.row.id != latest.row.id)]
 
 
 def newer_first(hits: list[Hit], vectors: Any, cosine: float) -> list[Hit]:

@@ -24,8 +24,8 @@ import numpy as np
 
 from engramdb._engine import EmbedDocuments, EmbedQuery, Flow, store_call
 from engramdb._time import utc_now
-from engramdb.attributes import relations_of
-from engramdb.core.filters import And, Node, evaluate, parse_filters, split_scope
+from engramdb.attributes import CURRENT, relations_of
+from engramdb.core.filters import And, Cmp, Node, evaluate, parse_filters, split_scope
 from engramdb.core.records import Candidate
 from engramdb.core.validate import (
     check_scope,
@@ -62,7 +62,15 @@ from engramdb.flows.shared import (
     message_item,
     record_of,
 )
-from engramdb.nlp.querytime import Period, asks_present, asks_previous, before_what
+from engramdb.nlp.querytime import (
+    Period,
+    asks_collection,
+    asks_present,
+    asks_previous,
+    asks_when,
+    before_what,
+    topic_words,
+)
 from engramdb.owner import owner_names
 from engramdb.rewrite import looks_multipart, merge_hits, rewrite_query
 from engramdb.search import (
@@ -75,6 +83,7 @@ from engramdb.search import (
     calibrate,
     document_text,
     fuse,
+    latest_of_attribute,
     names_newer,
     newer_first,
     plan_query,
@@ -136,6 +145,13 @@ def _weighed(
 
 ORDER_DEPTH = 20
 """Hits a search orders (fusion, levers, supersession) before cutting to ``top_k``."""
+
+HOLDERS = 100
+"""Candidates the ``attribute_currency`` lever reads for the holders of an attribute."""
+
+TOPIC_WORDS = 3
+"""The most words past who and when (:func:`engramdb.nlp.querytime.topic_words`) a
+question asking an attribute may have for the ``attribute_currency`` lever."""
 
 CHAIN_PASSES = 4
 """Times the supersession order is settled again for superseders of pulled-in memories."""
@@ -446,6 +462,53 @@ class ReadFlows(FlowState):
             supers.update(more)
         return ranked, supers
 
+    def _attribute_currency(
+        self,
+        scope: Scope,
+        where: Node | None,
+        text: str,
+        vec: Any,
+        hits: list[Hit],
+        *,
+        include_expired: bool,
+    ) -> Flow[list[Hit]]:
+        """The ``attribute_currency`` lever: the latest statement of the asked attribute first.
+
+        The question's attribute terms are those fusion searched (every hit's
+        ``explain["attributes"]``) that hold one value at a time
+        (:data:`engramdb.attributes.CURRENT`). Its subject is the speaker it names (the
+        ``actor_id`` of the hits its names matched, the most frequent), else
+        the scope's own person. One candidate read with only the attribute terms
+        as keywords, within that speaker's memories, finds the holders: the
+        candidates with a keyword score.
+        """
+        asked = [a for a in (hits[0].explain.get("attributes", ()) if hits else ()) if a in CURRENT]
+        if not asked or asks_collection(text):
+            return hits
+        actors = [h.row.actor_id for h in hits if h.explain.get("actor") and h.row.actor_id]
+        owners = frozenset(hits[0].explain.get("owner", ()))
+        if len(topic_words(text, [*actors, *owners, "user"])) > TOPIC_WORDS:
+            return hits  # a specific question, not one about an attribute
+        narrowed = where
+        if actors:
+            speaker = max(set(actors), key=lambda a: (actors.count(a), a))
+            said = Cmp("actor_id", "eq", speaker)
+            narrowed = said if where is None else And((where, said))
+        plan = QueryPlan(terms=list(asked), entities=[])
+        found = yield from self._candidates(
+            scope, narrowed, vec, plan, max(self.fusion.pool, HOLDERS), include_expired
+        )
+        holders = [c for c in found if c.bm25 > 0]
+        names = plan_query(text, self.fusion, subject_terms(scope.user_id)).names
+        return latest_of_attribute(
+            hits,
+            holders,
+            asked,
+            previous=asks_previous(text),
+            names=names,
+            owners=owners,
+        )
+
     def _newer_first(self, hits: list[Hit]) -> Flow[list[Hit]]:
         """The present-tense lever (``FusionConfig.present_alike_cosine``) on the first hits."""
         cfg = self.fusion
@@ -508,6 +571,12 @@ class ReadFlows(FlowState):
             self.fusion.present_recency_weight > 0 or self.fusion.present_alike_cosine > 0
         ) and asks_present(text)
         hits = apply_recency(hits, self.fusion, at or utc_now(), present=present)
+        if self.fusion.attribute_currency and (
+            asks_present(text) or asks_previous(text) or (at is not None and not asks_when(text))
+        ):
+            hits = yield from self._attribute_currency(
+                scope, where, text, vec, hits, include_expired=include_expired
+            )
         before = before_what(text)
         hits, supers = yield from self._chains(
             hits,
@@ -524,14 +593,14 @@ class ReadFlows(FlowState):
             hits = yield from self._newer_first(hits)
         return hits, supers
 
-    def _plan(self, query: str, subject: frozenset[str], vec: Any) -> Flow[QueryPlan]:
+    def _plan(self, query: str, subject: frozenset[str], vec: Any) -> QueryPlan:
         """The query's plan (search.py), with the attribute terms its vector asks about."""
         cfg = self.fusion
         plan = plan_query(query, cfg, subject)
         # A one-word query ("Fandango4471") is a look-up, not a personal question.
         if self.attributes_on and cfg.bm25_weight > 0 and len(query.split()) > 1:
-            model = yield from self._attribute_model()
-            attrs = model.asked(vec, cfg.attribute_gate, cfg.attribute_share)
+            model = self._attribute_model()
+            attrs = model.asked(vec, cfg.attribute_gate)
             if attrs:
                 plan = replace(
                     plan,
@@ -584,7 +653,7 @@ class ReadFlows(FlowState):
         """
         cfg = self.fusion
         subject = subject_terms(scope.user_id)
-        plan = yield from self._plan(query, subject, vec)
+        plan = self._plan(query, subject, vec)
         second = cfg.rerank if rerank else None
         want = max(k, second.pool) if second is not None else k
         n = max(cfg.pool, want)
@@ -593,7 +662,7 @@ class ReadFlows(FlowState):
         if spoken:
             # The query names a speaker of the scope: search again with the name
             # as who, not what (speakers.py).
-            plan = yield from self._plan(query, subject | speaker_terms(spoken), vec)
+            plan = self._plan(query, subject | speaker_terms(spoken), vec)
             bare_vec = yield EmbedQuery(query_embedding_text(name_free_query(query, spoken), cfg))
             bare = yield from self._candidates(scope, where, bare_vec, plan, n, include_expired)
             candidates = speaker_candidates(candidates, bare, spoken)
@@ -604,7 +673,7 @@ class ReadFlows(FlowState):
             # The query names the store's own person: search again without the
             # name, as keyword, entity key and in the vector (owner.py).
             vec = yield EmbedQuery(query_embedding_text(name_free_query(query, owners), cfg))
-            plan = yield from self._plan(query, subject | speaker_terms(owners), vec)
+            plan = self._plan(query, subject | speaker_terms(owners), vec)
             plan = replace(plan, owners=owners, personal=True)
             candidates = yield from self._candidates(scope, where, vec, plan, n, include_expired)
         periods = named_periods(query, cfg, now or utc_now())

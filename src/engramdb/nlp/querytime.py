@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterable
 
 from engramdb.nlp.reltime import find_relative_times
 from engramdb.nlp.terms import query_terms
 
 __all__ = [
     "Period",
+    "asks_collection",
     "asks_present",
     "asks_previous",
     "asks_when",
     "before_what",
     "mentions_time",
     "query_periods",
+    "topic_words",
 ]
 
 Period = tuple[dt.date, dt.date]
@@ -220,6 +223,46 @@ def before_what(query: str) -> frozenset[str]:
     """
     found = _BEFORE_WHAT.search(query)
     return frozenset(query_terms(found.group("what"))) if found else frozenset()
+
+
+_COLLECTION = re.compile(
+    r"\bhow\s+(?:many|often)\b|\bboth\b|\b(?:kinds|types|sorts)\s+of\b"
+    # a plural asked for: "what books", "which events" (not "what is", "which does")
+    r"|^\W*(?:what|which)\s+(?!is\b|does\b|has\b|was\b|this\b|us\b)[a-z]+[^s\W]s\b"
+    # the present perfect, what has piled up: "what has she painted", "has he seen"
+    r"|\b(?:has|have)\s+(?:\w+\s+){0,3}?(?:\w+ed|been|done|made|seen|read|gone|taken|"
+    r"given|written|won|got|bought|built|heard|met|tried|visited)\b",
+    re.IGNORECASE,
+)
+
+
+def topic_words(query: str, names: Iterable[str] = ()) -> frozenset[str]:
+    """The keyword terms of what a question asks about, past who and when.
+
+    Left out: the terms of ``names`` (the person asked about), times ("in June
+    2026", "last spring", "these days", "now") and what the question puts
+    "before" (:func:`before_what`). "Where is Sofia employed these days?" ->
+    ``{"employ"}``; "What important values does John want to teach his kids
+    through adopting a rescue dog?" keeps eight: a specific question, not one
+    about an attribute.
+    """
+    bare = _PRESENT_MARK.sub(" ", _TIME_WORDS.sub(" ", query))
+    drop = set(before_what(query))
+    for name in names:
+        drop.update(query_terms(name))
+    return frozenset(t for t in query_terms(bare) if t not in drop and not t.isdigit())
+
+
+def asks_collection(query: str) -> bool:
+    """Whether ``query`` asks for many things or what has piled up, not one value.
+
+    "What books has Melanie read?", "How many children does she have?", "What
+    types of pottery ...", "What has she painted?", "... both ...": their
+    answer is several statements, so no single latest statement holds it (the
+    ``attribute_currency`` lever stays out). "Where is Sofia employed?",
+    "What does Dana drive these days?" ask one value. English only.
+    """
+    return _COLLECTION.search(query) is not None
 
 
 _PRESENT_MARK = re.compile(
