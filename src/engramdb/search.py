@@ -400,7 +400,7 @@ class FusionConfig(BaseModel):
     as their subject, nobody's ``actor_id``: :mod:`engramdb.owner`) is searched again
     without the name as a keyword, entity key or in its vector; costs a second query
     embedding and candidate read for such queries."""
-    attribute_share: float = Field(default=0.3, gt=0, le=1)
+    attribute_share: float = Field(default=0.2, gt=0, le=1)
     """The probability (:mod:`engramdb.attributes`) an attribute needs to be one of a
     memory's attribute terms (index time)."""
     chatter_factor: float = Field(default=0.5, ge=0, le=1)
