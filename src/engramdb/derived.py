@@ -77,7 +77,7 @@ __all__ = [
 COSINE_FLOOR: Final = 0.80
 """Pairs whose vectors are less similar are never candidates (e5-small cosines)."""
 
-APPLY_THRESHOLD: Final = 0.50
+APPLY_THRESHOLD: Final = 0.70
 """``engram maintain --apply`` writes the proposals at least this confident.
 
 Chosen on the fitting half of the knowledge-update set: the lowest threshold
