@@ -1049,7 +1049,8 @@ def _about_named(row: MemoryRow, names: frozenset[str]) -> bool:
     """Whether a memory is by, or opens with, a person in ``names`` (entity keys)."""
     if row.actor_id and normalize_entity(row.actor_id) in names:
         return True
-    return opening_name(row.text, possessor=True) in names
+    # "Sofia, sorry I went quiet" addresses Sofia: it is not about her.
+    return opening_name(without_vocatives(row.text), possessor=True) in names
 
 
 def latest_of_attribute(
@@ -1089,8 +1090,12 @@ def latest_of_attribute(
     mine = [c for c, f in zip(holders, own, strict=True) if f == 1.0 and not _asks(c.row.text)]
     if names and not owners:
         # The person the question names, when some holder is theirs: by who said it
-        # or by the name it opens with ("Sofia works at ...").
+        # or by the name it opens with ("Sofia works at ..."). A speaker of the scope
+        # named with none of the holders theirs: nothing to say about them.
         named = [c for c in mine if _about_named(c.row, names)]
+        speaker = any(h.row.actor_id and normalize_entity(h.row.actor_id) in names for h in hits)
+        if not named and speaker:
+            return hits
         mine = named or mine
     if not mine:
         return hits
