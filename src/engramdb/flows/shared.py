@@ -226,7 +226,6 @@ class FlowState:
         self.actor = actor
         self._bound = False
         self._warned_no_llm = False
-        self._attributes: AttributeModel | None = None
         self.within: Scope | None = None
         """The scope a bound caller (a scoped view, a server key) may never leave."""
         self.access: Access = FULL_ACCESS
@@ -246,11 +245,10 @@ class FlowState:
             yield from store_call(Store.bind_embedder, self.embedder_model, self.embedder_dim)
             self._bound = True
 
-    def _attribute_model(self) -> AttributeModel:
+    @staticmethod
+    def _attribute_model() -> AttributeModel:
         # The shipped classifier, read once per process (attributes.py).
-        if self._attributes is None:
-            self._attributes = AttributeModel.shipped()
-        return self._attributes
+        return AttributeModel.shipped()
 
     @property
     def attributes_on(self) -> bool:

@@ -162,6 +162,24 @@ def restore_event(
     )
 
 
+def _unchanged_event(
+    memory_id: str, event: str, version: int, text: str, actor: str, reason: str, now: str
+) -> HistoryEvent:
+    """An event that leaves the memory's text, version and metadata as they are."""
+    return HistoryEvent(
+        memory_id=memory_id,
+        event=event,
+        version=version,
+        old_memory=text,
+        new_memory=text,
+        old_metadata=None,
+        new_metadata=None,
+        actor=actor,
+        reason=reason,
+        created_at=now,
+    )
+
+
 def attach_event(
     memory_id: str,
     text: str,
@@ -171,18 +189,8 @@ def attach_event(
     now: str,
 ) -> HistoryEvent:
     """The ATTACH event of a repeat seen in new sessions (``attached``: ``(kind, value)``)."""
-    return HistoryEvent(
-        memory_id=memory_id,
-        event="ATTACH",
-        version=version,
-        old_memory=text,
-        new_memory=text,
-        old_metadata=None,
-        new_metadata=None,
-        actor=actor,
-        reason="seen again in " + ", ".join(f"{kind}={value}" for kind, value in attached),
-        created_at=now,
-    )
+    seen = ", ".join(f"{kind}={value}" for kind, value in attached)
+    return _unchanged_event(memory_id, "ATTACH", version, text, actor, f"seen again in {seen}", now)
 
 
 def detach_event(
@@ -201,18 +209,8 @@ def detach_event(
     memory stays for the scope that owns it.
     """
     what = ", ".join(f"{kind}={value}" for kind, value in detached)
-    return HistoryEvent(
-        memory_id=memory_id,
-        event="DETACH",
-        version=version,
-        old_memory=text,
-        new_memory=text,
-        old_metadata=None,
-        new_metadata=None,
-        actor=actor,
-        reason=f"detached {what}" + (f": {reason}" if reason else ""),
-        created_at=now,
-    )
+    said = f"detached {what}" + (f": {reason}" if reason else "")
+    return _unchanged_event(memory_id, "DETACH", version, text, actor, said, now)
 
 
 def link_events(
@@ -229,25 +227,19 @@ def link_events(
     as read from that memory's side ("derived_update <id>" on the newer one,
     "derived_updated_by <id>" on the older one), then ``change.reason``.
     """
-    out = []
     sides = (
         (change.from_id, change.kind, change.to_id, ends[0]),
         (change.to_id, INCOMING_KIND.get(change.kind, "related"), change.from_id, ends[1]),
     )
-    for memory_id, label, other, (text, version) in sides:
-        reason = f"{label} {other}" + (f": {change.reason}" if change.reason else "")
-        out.append(
-            HistoryEvent(
-                memory_id=memory_id,
-                event=event,
-                version=version,
-                old_memory=text,
-                new_memory=text,
-                old_metadata=None,
-                new_metadata=None,
-                actor=actor,
-                reason=reason,
-                created_at=now,
-            )
+    return [
+        _unchanged_event(
+            memory_id,
+            event,
+            version,
+            text,
+            actor,
+            f"{label} {other}" + (f": {change.reason}" if change.reason else ""),
+            now,
         )
-    return out
+        for memory_id, label, other, (text, version) in sides
+    ]
