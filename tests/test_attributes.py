@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from engramdb import Memory
-from engramdb.attributes import ATTRIBUTES, AttributeModel, relations_of
+from engramdb.attributes import ATTRIBUTES, Asked, AttributeModel, relations_of
+from engramdb.core.records import TermStats
 from engramdb.embedders.local import LocalEmbedder
 from engramdb.nlp import index_terms, query_terms
 from engramdb.nlp.terms import split_attribute_terms, with_attribute_terms
@@ -341,3 +342,45 @@ def test_the_shipped_weights_match_their_training_sentences() -> None:
     assert set(shipped["classes"]) == {*ATTRIBUTES, "none"}
     assert {c for c, _, _ in examples.examples()} == set(shipped["classes"])
     assert {t.removeprefix("@") for t in CURRENT} <= set(ATTRIBUTES)
+
+
+def test_agreement_reads_each_memory_alone_and_weighs_an_attribute_by_its_holders(
+    embedder: LocalEmbedder,
+) -> None:
+    model = AttributeModel.shipped()
+    question = np.asarray(embedder.embed_query("What car does the user drive?"), np.float32)
+    asked = Asked(model, model.shares(question))
+    assert "@vehicle" in asked.stat_terms()
+    texts = [
+        "Need new tyres for my Mini Cooper before winter",
+        "Adopted a rabbit from the shelter, we call her Clover",
+        "Spent all Saturday at the climbing wall",
+    ]
+    vecs = [np.asarray(v, np.float32) for v in embedder.embed_documents(texts)]
+    stats = TermStats(live=20, df={"@vehicle": 1})
+    alone = [asked.agreement([v], stats)[0] for v in vecs]
+    together = asked.agreement([*vecs, None], stats)
+    # no within-pool normalisation: a memory's part is the same whatever else is there
+    assert together[:3] == pytest.approx(alone) and together[3] == 0.0
+    assert alone[0] > 0.5 > max(alone[1:])
+    # an attribute four memories of the scope hold weighs a quarter as much
+    common = asked.agreement([vecs[0]], TermStats(live=20, df={"@vehicle": 4}))[0]
+    assert common == pytest.approx(alone[0] / 4, rel=0.15)
+
+
+def test_an_owner_named_by_one_fact_is_the_store_s_person_a_place_is_not(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    m = Memory(tmp_path / "o.db", embedder=embedder)
+    for fact in [
+        "Omar is employed by the city council.",
+        "Had Metallica on repeat all week",
+        "Counting down the days until our Japan trip in October",
+        "Spotify is sending me to a conference in Lisbon",
+    ]:
+        m.add(fact, user_id="u", infer=False)
+    hit = m.search("Which artists or bands is Omar keen on?", user_id="u", explain=True)
+    top = hit["results"][0]
+    assert top["memory"].startswith("Had Metallica")
+    assert top["score_details"]["owner"] == ["omar"]
+    m.close()

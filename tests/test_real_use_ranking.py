@@ -457,3 +457,54 @@ def test_before_a_value_without_links_on_facts_not_on_chat_turns() -> None:
     # No anchor, or no earlier fact of the same person: nothing moves.
     assert before_unlinked(hits(bram, swim), what) == hits(bram, swim)
     assert before_unlinked(hits(boxing, bram, later), what) == hits(boxing, bram, later)
+
+
+_SOFIA = (
+    "Sofia enjoys gardening in their spare time.",
+    "Got tickets to see Miles Davis in November!",
+    "Cracked the screen on my OnePlus 11 again",
+    "Rent in Edinburgh went up again, ugh",
+    "Work has been crazy this week, too many meetings",
+    "Adopted a dachshund from the shelter, we call her Frankie",
+)
+
+
+def test_a_paraphrased_personal_question_finds_the_fact_not_the_summary_with_the_name(
+    mem: Memory,
+) -> None:
+    # Before the attribute part and the one-fact owner, the summary that names Sofia
+    # answered every question about her on the name alone (issue 28's facts shape).
+    for text in _SOFIA:
+        mem.add(text, user_id="pf09", infer=False)
+    asked = {
+        "What does Sofia put on their headphones?": "Got tickets",
+        "What device does Sofia text from?": "Cracked the screen",
+        "Which city does Sofia call home?": "Rent in Edinburgh",
+        "What's the name of Sofia's animal?": "Adopted a dachshund",
+    }
+    for question, answer in asked.items():
+        hits = mem.search(question, user_id="pf09", top_k=6, explain=True)["results"]
+        top = hits[0]
+        assert top["memory"].startswith(answer), (question, top["memory"])
+        # the name says who: the store's own person, not a keyword or entity of the summary
+        assert top["score_details"]["owner"] == ["sofia"]
+        assert top["score_details"]["entity"] == 0.0
+        # and the answer is the memory most about what the question asks
+        parts = [h["score_details"]["parts"]["attribute"] for h in hits]
+        assert parts[0] == max(parts) > 0, (question, parts)
+
+
+def test_the_attribute_part_is_off_with_its_weight_and_on_rrf(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    for config in ({"attribute_weight": 0.0}, {"method": "rrf"}):
+        m = Memory(
+            tmp_path / f"{len(config)}{next(iter(config))}.db",
+            {"retrieval": config},
+            embedder=embedder,
+        )
+        for text in _SOFIA:
+            m.add(text, user_id="u", infer=False)
+        hit = m.search("What device does Sofia text from?", user_id="u", explain=True)["results"][0]
+        assert "attribute" not in hit["score_details"]["parts"]
+        m.close()

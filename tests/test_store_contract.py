@@ -580,6 +580,38 @@ def test_candidates_union_of_signals(store: Store) -> None:
     assert kw not in {c.row.id for c in narrowed}
 
 
+@pytest.mark.parametrize("keywords", ["database", "process"])
+def test_candidates_carry_their_vectors_and_statistics_of_terms_that_do_not_rank(
+    store: Store, keywords: str
+) -> None:
+    # The attribute part of fusion reads each candidate's stored vector and how
+    # many memories of the scope hold an attribute term; asking for those
+    # statistics must not change what BM25 ranks or scores.
+    store.keyword_index = keywords  # type: ignore[attr-defined]
+    a = add1(store, "violin lessons", v=vec(1, 0), terms="violin lesson @music")
+    b = add1(store, "concert", v=vec(0, 1), terms="concert @music @hobby")
+    add1(store, "cello", v=vec(0, 0, 1), terms="cello")
+    add1(store, "someone else's", Scope("v"), v=vec(1, 0), terms="violin @music @pet")
+    stat = ["@music", "@hobby", "@pet"]
+    cands = store.candidates(U, None, vec(1, 0), ["violin"], [], 5, stat_terms=stat)
+    by = {c.row.id: c for c in cands}
+    assert len(by) == 3
+    assert np.allclose(by[a].vector, vec(1, 0), atol=1e-6)
+    assert np.allclose(by[b].vector, vec(0, 1), atol=1e-6)
+    stats = {id(c.term_stats) for c in cands}
+    assert len(stats) == 1  # one object, the same for every candidate
+    first = cands[0].term_stats
+    assert first is not None and first.live == 3
+    assert dict(first.df) == {"@music": 2, "@hobby": 1}  # the other user's @pet not counted
+    plain = store.candidates(U, None, vec(1, 0), ["violin"], [], 5)
+    assert {c.row.id: c.bm25 for c in plain} == pytest.approx({k: c.bm25 for k, c in by.items()})
+    assert all(c.term_stats is None for c in plain)
+    # a stat term that is also a query term counts once and still ranks
+    both = store.candidates(U, None, vec(1, 0), ["@hobby"], [], 5, stat_terms=stat)
+    assert {c.row.id for c in both if c.bm25 > 0} == {b}
+    assert both[0].term_stats is not None and both[0].term_stats.df["@hobby"] == 1
+
+
 def test_bm25_is_the_reference_formula_over_the_scope(store: Store) -> None:
     docs = {
         "a": "red apple pie",

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Final
@@ -39,6 +40,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from engramdb.core.records import TermStats
 from engramdb.nlp.terms import ATTRIBUTE_PREFIX
 
 __all__ = [
@@ -46,10 +48,15 @@ __all__ = [
     "CURRENT",
     "FITTED_FOR",
     "MODEL_RESOURCE",
+    "STAT_SHARE",
     "VERSION",
+    "Asked",
     "AttributeModel",
     "relations_of",
 ]
+
+STAT_SHARE: Final = 0.1
+"""An attribute counts in :meth:`Asked.agreement` from this share of the question's top one."""
 
 ATTRIBUTES: Final[Mapping[str, str]] = {
     "home": "where someone lives: city, country, neighbourhood, flat or house, moving",
@@ -199,6 +206,22 @@ class AttributeModel:
         out: npt.NDArray[np.float32] = self.probabilities(vector)[self._attrs]
         return out
 
+    @property
+    def terms(self) -> list[str]:
+        """The attribute terms (``@home``, ...), in the order of :meth:`shares`."""
+        return [n for n, on in zip(self._names, self._attrs, strict=True) if on]
+
+    def shares_of(self, vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """:meth:`shares` of each row of ``vectors`` (``(n, dim)``), in one product."""
+        v = np.asarray(vectors, dtype=np.float32)
+        if v.ndim != 2 or v.shape[1] != self._weights.shape[1] or v.shape[0] == 0:
+            return np.zeros((v.shape[0] if v.ndim == 2 else 0, int(self._attrs.sum())), np.float32)
+        norms = np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+        z = (v / norms) @ self._weights.T + self._bias
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        out: npt.NDArray[np.float32] = (e / e.sum(axis=1, keepdims=True))[:, self._attrs]
+        return out.astype(np.float32)
+
     def top(self, vector: npt.NDArray[np.float32]) -> str | None:
         """The most probable attribute term of a vector (``@home``); ``None`` for no vector."""
         p = self.probabilities(vector)
@@ -206,6 +229,81 @@ class AttributeModel:
             return None
         p = np.where(self._attrs, p, -1.0)
         return self._names[int(np.argmax(p))]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a question asks, as the classifier reads it: its attribute shares."""
+
+    model: AttributeModel
+    shares: npt.NDArray[np.float32]
+    """The question's :meth:`AttributeModel.shares`."""
+
+    def stat_terms(self, min_share: float = STAT_SHARE) -> list[str]:
+        """The attribute terms the question gets at least ``min_share`` of a share for.
+
+        Those whose keyword statistics the search reads: the rest weigh too
+        little in :meth:`agreement` to count.
+        """
+        top = float(self.shares.max()) if self.shares.size else 0.0
+        if top <= 0:
+            return []
+        terms = self.model.terms
+        return [terms[i] for i in np.nonzero(self.shares >= min_share * top)[0]]
+
+    def agreement(
+        self,
+        vectors: Sequence[npt.NDArray[np.float32] | None],
+        stats: TermStats | None,
+    ) -> list[float]:
+        """How much each candidate's attributes agree with the question's, in [0, 1].
+
+        ``sum_a q(a) / max q * p(a) / max(1, df(a))``: ``q`` the question's
+        shares, ``p`` the candidate's (from its vector; 0 without one), ``df(a)``
+        how many memories of the scope hold the attribute's term (``stats``).
+        A memory about the one attribute the question asks, which no other
+        memory of the scope is about, agrees fully; an attribute that many
+        memories share (a long conversation about work) says little about any
+        one of them. Nothing here depends on the other candidates. Attributes
+        below :meth:`stat_terms`' share count for nothing.
+        """
+        out = [0.0] * len(vectors)
+        present = [i for i, v in enumerate(vectors) if v is not None]
+        rows = [v for v in vectors if v is not None]
+        weight = _weights(self, stats)
+        if not weight.any() or not rows:
+            return out
+        p = self.model.shares_of(np.stack(rows))
+        if p.shape[1] != weight.shape[0]:
+            return out
+        for i, value in zip(present, (p @ weight).tolist(), strict=True):
+            out[i] = min(1.0, max(0.0, float(value)))
+        return out
+
+
+def _weights(asked: Asked, stats: TermStats | None) -> npt.NDArray[np.float32]:
+    """Each attribute's weight in :meth:`Asked.agreement` (``q(a) / max q / max(1, df(a))``)."""
+    top = float(asked.shares.max()) if asked.shares.size else 0.0
+    if top <= 0:
+        return np.zeros(asked.shares.shape, dtype=np.float32)
+    wanted = set(asked.stat_terms())
+    return np.array(
+        [
+            (q / top) * _rarity(term, stats) if term in wanted else 0.0
+            for term, q in zip(asked.model.terms, asked.shares.tolist(), strict=True)
+        ],
+        dtype=np.float32,
+    )
+
+
+def _rarity(term: str, stats: TermStats | None) -> float:
+    """``1 / df``: an attribute that ``df`` memories of the scope hold weighs as one of them.
+
+    At most 1 (no statistics, or an attribute no memory holds: 1).
+    """
+    if stats is None:
+        return 1.0
+    return 1.0 / max(1, stats.df.get(term, 0))
 
 
 @lru_cache(maxsize=1)

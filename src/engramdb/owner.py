@@ -89,14 +89,22 @@ def owner_names(
     counts = Counter(n for n in (opening_name(c.row.text, True) for c in candidates) if n)
     if not counts:
         return frozenset()
-    ranked = counts.most_common(2)
-    name, n = ranked[0]
-    second = ranked[1][1] if len(ranked) > 1 else 0
-    if name not in wanted or n < OWNER_MIN or n <= 2 * second:
+    ranked = counts.most_common()
+    n = max(count for _, count in ranked)
+    # The query's name among those opening the most candidates (ties included).
+    top = [key for key, count in ranked if count == n and key in wanted]
+    if not top:
         return frozenset()
-    if n < 2 and not any(_possessive(c.row.text, name) for c in candidates):
+    name = top[0]
+    second = max((count for key, count in ranked if key != name), default=0)
+    # Far more than any other name; or, against one stray opener (a brand, a friend:
+    # "Spotify is sending me to Lisbon"), at least as many.
+    if n < OWNER_MIN or (n <= 2 * second and not (second <= 1 and n >= second)):
+        return frozenset()
+    if n < 2 and not any(_said_as_person(c.row.text, name) for c in candidates):
         # One fact opening with a word ("Patagonia is next on my list") is too little to
-        # call it a person; one that opens with it as an owner ("Rhys' cat ...") is enough.
+        # call it a person; one that opens with it as an owner ("Rhys' cat ...") or as the
+        # subject of what people do ("Omar is employed by", "Sofia enjoys") is enough.
         return frozenset()
     actors = {normalize_entity(c.row.actor_id) for c in candidates if c.row.actor_id}
     if name in actors or _said_of(name, candidates) or not _as_person(query, name):
@@ -117,6 +125,26 @@ def _possessive(text: str, name: str) -> bool:
     """Whether ``text`` opens with ``name`` as a possessor ("Rhys' cat", "Kwame's job")."""
     words = r"\s+".join(re.escape(w) for w in name.split())
     return re.match(rf"\s*{words}(?:['\u2019]s?)\s", text, re.IGNORECASE) is not None
+
+
+_PERSON_VERBS: Final = (
+    r"(?:lives|works|enjoys|likes|loves|has|had|uses|owns|drives|rides|plays|speaks|"
+    r"studied|studies|follows|holds|prefers|hates|cannot|can't|does|did|goes|went|"
+    r"eats|drinks|reads|watches|listens|volunteers|grew|was\s+born|is\s+allergic|"
+    r"(?:is|was)\s+\w+(?:ing|ed))"
+)
+
+
+def _said_as_person(text: str, name: str) -> bool:
+    """Whether ``text`` opens with ``name`` as a possessor or as someone doing what people do.
+
+    "Rhys' cat ...", "Omar is employed by the council", "Sofia enjoys
+    gardening", but not "Patagonia is next on my list".
+    """
+    if _possessive(text, name):
+        return True
+    words = r"\s+".join(re.escape(w) for w in name.split())
+    return re.match(rf"\s*{words}\s+{_PERSON_VERBS}\b", text, re.IGNORECASE) is not None
 
 
 def _said_of(name: str, candidates: Sequence[Candidate]) -> bool:

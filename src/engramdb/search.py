@@ -75,23 +75,27 @@ __all__ = [
 
 
 DEFAULT_KNOTS: tuple[tuple[float, float], ...] = (
-    (0.0246, 0.0125),
-    (0.0773, 0.0127),
-    (0.3729, 0.0162),
-    (0.5738, 0.0189),
-    (0.6248, 0.0263),
-    (0.6747, 0.0385),
-    (0.7235, 0.0578),
-    (0.7722, 0.1515),
-    (0.8254, 0.3449),
-    (0.8701, 0.4435),
-    (0.9176, 0.607),
-    (0.9642, 0.7822),
+    (0.0632, 0.0025),
+    (0.1963, 0.0035),
+    (0.3588, 0.0046),
+    (0.4266, 0.005),
+    (0.4748, 0.0055),
+    (0.5248, 0.0088),
+    (0.5744, 0.016),
+    (0.6245, 0.0276),
+    (0.6748, 0.0506),
+    (0.7233, 0.0737),
+    (0.7728, 0.1389),
+    (0.823, 0.2966),
+    (0.8745, 0.4078),
+    (0.9206, 0.4772),
+    (0.9621, 0.627),
 )
 """The shipped calibration curve: ``(relative, probability of an answer)``, fitted by
 ``scripts/fit_calibration.py`` (isotonic, 0.05 bins) on the development suite's dump
-(``engram bench retrieval --dump``, 2026-12-04: facts, LoCoMo turns, updates, extracted
-facts, each shape weighing the same; held-out ECE 0.007-0.023, docs/retrieval.md)."""
+(``engram bench retrieval --dump``, 2026-12-05, with the attribute part: facts, LoCoMo
+turns, updates, extracted facts, each shape weighing the same; held-out ECE 0.009-0.024,
+docs/retrieval.md)."""
 
 
 class ScoreCalibration(BaseModel):
@@ -400,6 +404,12 @@ class FusionConfig(BaseModel):
     as their subject, nobody's ``actor_id``: :mod:`engramdb.owner`) is searched again
     without the name as a keyword, entity key or in its vector; costs a second query
     embedding and candidate read for such queries."""
+    attribute_weight: float = Field(default=0.5, ge=0)
+    """The weight of the attribute part (0: off): how much the attributes a
+    memory's vector is about agree with those the question's vector asks
+    (:func:`engramdb.attributes.agreement`), each attribute counting less the
+    more candidates share it. Read with the classifier that ``attribute_gate``
+    uses, on its embedder only."""
     attribute_share: float = Field(default=0.2, gt=0, le=1)
     """The probability (:mod:`engramdb.attributes`) an attribute needs to be one of a
     memory's attribute terms (index time)."""
@@ -431,6 +441,7 @@ _SIGNALS_ALONE: dict[str, Any] = {
     "when_weight": 0.0,
     "chatter_factor": 1.0,
     "attribute_gate": 0.0,
+    "attribute_weight": 0.0,
     "attribute_currency": False,
     "other_subject_factor": 1.0,
     "owner_names": False,
@@ -459,6 +470,9 @@ class QueryPlan:
     personal: bool = False
     """The query asks about the store's own person: a personal attribute of theirs
     (:mod:`engramdb.attributes`) or by their name (``owners``)."""
+    attributes: Any = None
+    """The question's attribute shares (:meth:`engramdb.attributes.AttributeModel.shares`)
+    and the classifier, as an :class:`engramdb.attributes.Asked`; None when off."""
 
 
 _WORD = re.compile(r"[^\W_]+(?:['\u2019\-][^\W_]+)*")
@@ -738,7 +752,21 @@ def fuse(
     active += w_b * top_cover**cover_power if bm_ranks else 0.0
     active += w_e if ent_ranks else 0.0
     active += w_a if any(actor.values()) else 0.0
+    # The attribute part: how much each memory is about what the question asks
+    # (attributes.py); the weighted mean's alone.
+    stats = candidates[0].term_stats if candidates else None
+    agree = (
+        plan.attributes.agreement([c.vector for c in candidates], stats)
+        if plan is not None
+        and plan.attributes is not None
+        and config.attribute_weight > 0
+        and config.method == "weighted"
+        else None
+    )
+    w_t = config.attribute_weight if agree is not None else 0.0
+    active += w_t
     active = active or 1.0
+    # A perfect match is one of the words (the attribute part adds to it, up to 1).
     best = _best_fused(candidates, config, bool(bm_ranks), ent, any(actor.values()), active)
     informative = (
         informative_factors(candidates, config.informative_terms)
@@ -782,7 +810,13 @@ def fuse(
             raw += w_a * actor_part / (config.rrf_k + 1)
             score = raw * (config.rrf_k + 1) / active
         else:
-            score = (w_s * sem_part + w_b * bm_part + w_e * ent[i] + w_a * actor_part) / active
+            score = (
+                w_s * sem_part
+                + w_b * bm_part
+                + w_e * ent[i]
+                + w_a * actor_part
+                + (w_t * agree[i] if agree is not None else 0.0)
+            ) / active
         if informative is not None:
             score *= informative[i]
         if chatter is not None:
@@ -811,6 +845,7 @@ def fuse(
                         "bm25": round(bm_part, 6),
                         "entity": round(ent[i], 6),
                         "actor": actor_part,
+                        **({"attribute": round(agree[i], 6)} if agree is not None else {}),
                     },
                     "fusion": score,
                     # Built for the kept hits only: a search scores ~100 candidates.
@@ -852,7 +887,9 @@ def _best_fused(
 
     Its text is the query's (cosine ``calibration.exact_cosine``), it holds
     exactly the query's words (BM25 ``bm25_best``), it has the best entity
-    link any candidate has, and it is by the person the query names.
+    link any candidate has, and it is by the person the query names. The
+    attribute part is not in it: a memory about what the question asks scores
+    above a perfect match of the words alone (``relative`` is capped at 1).
     """
     cal = config.calibration
     if cal is None or config.method != "weighted" or not candidates:

@@ -325,6 +325,31 @@ class BM25Index:
             order = np.lexsort((candidates, -cand_scores))
             return self._keys_array()[candidates[order]], cand_scores[order].astype(np.float32)
 
+    def statistics(
+        self, terms: Sequence[str], population: Keys | None = None
+    ) -> tuple[int, dict[str, int]]:
+        """The documents the statistics count and how many hold each of ``terms``.
+
+        Over ``population`` as :meth:`search` counts them; terms no document
+        holds are absent.
+        """
+        with self._lock:
+            members: npt.NDArray[np.bool_] | None = None
+            if population is None:
+                live = self._live
+            else:
+                members = np.isin(self._keys_array(), population) & self._alive_array()
+                live = int(members.sum())
+            df: dict[str, int] = {}
+            for term in dict.fromkeys(terms):
+                if term not in self._postings:
+                    continue
+                rows, _ = self._postings_of(term)
+                count = int(rows.size if members is None else members[rows].sum())
+                if count:
+                    df[term] = count
+            return live, df
+
     def best_score(self, terms: Sequence[str], population: Keys | None = None) -> float:
         """What a document made of exactly ``terms`` would score for the query ``terms``.
 

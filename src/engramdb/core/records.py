@@ -9,6 +9,8 @@ protocols a backend implements.
 from __future__ import annotations
 
 import enum
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,6 +40,7 @@ __all__ = [
     "Scope",
     "ScopeCounts",
     "ScopeKind",
+    "TermStats",
     "visible_scope",
 ]
 
@@ -303,6 +306,23 @@ class AddOutcome:
     history: HistoryEvent | None
 
 
+@dataclass(frozen=True)
+class TermStats:
+    """How many documents a scope's keyword statistics count, and how many hold each term.
+
+    BM25's statistics for terms a search asks about without ranking by them
+    (the attribute terms the fusion's attribute part weighs: attributes.py).
+    """
+
+    live: int
+    df: Mapping[str, int]
+
+    def idf(self, term: str) -> float:
+        """BM25's (Lucene's non-negative) idf of ``term`` over these statistics."""
+        df = self.df.get(term, 0)
+        return math.log(1 + (self.live - df + 0.5) / (df + 0.5))
+
+
 @dataclass
 class Candidate:
     """A memory found by at least one retrieval signal, with every signal's value.
@@ -325,6 +345,12 @@ class Candidate:
     bm25_best: float = 0.0
     """What a memory holding exactly the query's words would score in this scope
     (the same for every candidate of a search; the scale of ``bm25``)."""
+    term_stats: TermStats | None = None
+    """The scope's statistics of the search's ``stat_terms`` (the same for every
+    candidate of a search); None when it asked none."""
+    vector: Any = None
+    """The memory's stored vector (float32), when the backend read it: what
+    fusion reads the memory's attributes from (:mod:`engramdb.attributes`)."""
 
 
 @dataclass

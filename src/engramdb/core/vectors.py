@@ -214,6 +214,20 @@ class VectorIndex:
         with self._lock:
             return int(key) in self._row_of
 
+    def vectors(self, keys: npt.ArrayLike) -> tuple[Keys, _Matrix]:
+        """The stored (unit-length) vectors of the live ``keys`` among those given.
+
+        Returns ``(keys, vectors)`` in the order given, without the keys the
+        index does not hold; the vectors are a copy.
+        """
+        wanted = self._as_keys(keys, "keys")
+        with self._lock:
+            rows = [(k, self._row_of[k]) for k in wanted.tolist() if k in self._row_of]
+            if not rows:
+                return np.empty(0, np.int64), np.empty((0, self._dim), np.float32)
+            found = np.array([k for k, _ in rows], dtype=np.int64)
+            return found, self._vecs[np.array([r for _, r in rows], dtype=np.intp)]
+
     # ------------------------------------------------------------ mutations
 
     def reserve(self, rows: int) -> None:
@@ -745,6 +759,14 @@ class CompactVectorIndex:
             return False
         with self._lock:
             return int(key) in self._row_of
+
+    def vectors(self, keys: npt.ArrayLike) -> tuple[Keys, _Matrix]:
+        """The exact vectors of ``keys``, as ``fetch`` reads them (keys it finds only)."""
+        wanted = VectorIndex._as_keys(keys, "keys")
+        if wanted.size == 0:
+            return np.empty(0, np.int64), np.empty((0, self._dim), np.float32)
+        found, vecs = self._fetch(wanted)
+        return found, np.asarray(vecs, dtype=np.float32).reshape(found.size, self._dim)
 
     def reserve(self, rows: int) -> None:
         """Make room for ``rows`` rows in all."""

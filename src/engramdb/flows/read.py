@@ -24,7 +24,7 @@ import numpy as np
 
 from engramdb._engine import EmbedDocuments, EmbedQuery, Flow, store_call
 from engramdb._time import utc_now
-from engramdb.attributes import CURRENT, relations_of
+from engramdb.attributes import CURRENT, Asked, relations_of
 from engramdb.core.filters import And, Cmp, Node, evaluate, parse_filters, split_scope
 from engramdb.core.records import Candidate
 from engramdb.core.validate import (
@@ -598,8 +598,12 @@ class ReadFlows(FlowState):
         cfg = self.fusion
         plan = plan_query(query, cfg, subject)
         # A one-word query ("Fandango4471") is a look-up, not a personal question.
-        if self.attributes_on and cfg.bm25_weight > 0 and len(query.split()) > 1:
-            model = self._attribute_model()
+        if not self.attributes_on or len(query.split()) < 2:
+            return plan
+        model = self._attribute_model()
+        if cfg.attribute_weight > 0:
+            plan = replace(plan, attributes=Asked(model, model.shares(vec)))
+        if cfg.bm25_weight > 0:
             attrs = model.asked(vec, cfg.attribute_gate)
             if attrs:
                 plan = replace(
@@ -629,6 +633,7 @@ class ReadFlows(FlowState):
             plan.entities,
             n,
             include_expired=include_expired,
+            stat_terms=plan.attributes.stat_terms() if plan.attributes is not None else (),
         )
         return found
 

@@ -357,11 +357,14 @@ class Store(Protocol):
         n: int,
         *,
         include_expired: bool = False,
+        stat_terms: Sequence[str] = (),
     ) -> list[Candidate]:
         """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links.
 
         Only live memories in scope; the memories linked to the query's
-        (normalised) entities are included.
+        (normalised) entities are included. Each carries its stored vector and
+        the scope's keyword statistics of ``stat_terms`` (terms that do not
+        rank: the attribute terms fusion weighs).
         """
         ...
 
@@ -675,6 +678,7 @@ class AsyncStore(Protocol):
         n: int,
         *,
         include_expired: bool = False,
+        stat_terms: Sequence[str] = (),
     ) -> list[Candidate]:
         """See :meth:`Store.candidates`."""
         ...

@@ -16,13 +16,13 @@ sees (SQLite's post-filtering experiment: the scope without its filter).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from engramdb.core.bm25 import BM25Index, Keys
 from engramdb.core.filters import Node
-from engramdb.core.records import Candidate, MemoryRow, Scope
+from engramdb.core.records import Candidate, MemoryRow, Scope, TermStats
 
 __all__ = ["Pool", "adds_candidates", "narrowed"]
 
@@ -56,6 +56,8 @@ class Pool:
     (PostgreSQL, in SQL) passes no index (``bm25=None``): then it gives
     ``keyword_hits`` and ``keyword_best`` (:meth:`BM25Index.best_score` over
     its population), and :meth:`build` the BM25 score of each row.
+    ``stat_terms`` are terms whose statistics the search wants without ranking
+    by them: the index counts them, or the backend gives ``term_stats``.
     Then :attr:`found_otherwise` tells the backend which memories entity
     links may mark even through an entity too common to add candidates,
     :meth:`link` takes the links, :meth:`keys` lists what to read, and
@@ -73,6 +75,8 @@ class Pool:
         population: Keys | Literal["allowed"] | None = "allowed",
         keyword_hits: Sequence[int] | None = None,
         keyword_best: float | None = None,
+        stat_terms: Sequence[str] = (),
+        term_stats: TermStats | None = None,
     ) -> None:
         self.n = n
         self.allowed = allowed
@@ -93,6 +97,13 @@ class Pool:
         self.found_otherwise = sorted(self.pool)
         """The vector and keyword hits, in row id order."""
         self.linked: dict[int, list[tuple[str, int]]] = {}
+        if stat_terms and term_stats is None:
+            if bm25 is None:
+                raise ValueError("without an index, give the term_stats of stat_terms")
+            live, df = bm25.statistics(stat_terms, self.population)
+            term_stats = TermStats(live, df)
+        self.term_stats = term_stats if stat_terms else None
+        """The statistics of ``stat_terms`` every record carries (None: none asked)."""
 
     def link(self, links: Iterable[tuple[int, str, int]]) -> None:
         """Take ``(memory row id, entity, degree)`` links of the query's entities.
@@ -120,6 +131,7 @@ class Pool:
         keys: Keys,
         hits: Iterable[tuple[int, MemoryRow, float]],
         keyword_scores: Mapping[int, float] | None = None,
+        vectors: Mapping[int, Any] | None = None,
     ) -> list[Candidate]:
         """The records of ``hits`` (``(row id, row, cosine)``, in the backend's order).
 
@@ -127,6 +139,7 @@ class Pool:
         (the backend's SQL decides); BM25 scores every one over ``keys`` with
         the statistics of :attr:`population`, or ``keyword_scores`` gives
         them (row id -> score; the backend that ranks keywords itself).
+        ``vectors`` (row id -> stored vector) become each record's ``vector``.
         """
         if keyword_scores is not None:
             bm25 = dict(keyword_scores)
@@ -153,6 +166,8 @@ class Pool:
                 bm25_rank=kw_rank.get(key),
                 entities=self.linked.get(key, []),
                 bm25_best=best,
+                term_stats=self.term_stats,
+                vector=None if vectors is None else vectors.get(key),
             )
             for key, row, cosine in hits
         ]

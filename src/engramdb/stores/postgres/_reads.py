@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
 
 from engramdb.core.bm25 import K1, B, best_score
 from engramdb.core.filters import Node
+from engramdb.core.records import TermStats
 from engramdb.errors import ConflictError
 from engramdb.stores.base import (
     Candidate,
@@ -52,6 +53,8 @@ class KeywordRanking:
     """Their mean length in terms."""
     df: dict[str, int]
     """Documents holding each query term (terms no document holds are absent)."""
+    stat_df: dict[str, int] = field(default_factory=dict)
+    """The same for the terms counted but not ranked (``stat_terms``)."""
 
     @staticmethod
     def empty() -> KeywordRanking:
@@ -306,11 +309,12 @@ class _ReadFlows(_FlowBase):
         query: np.ndarray[Any, Any],
         *,
         keywords: KeywordRanking | None = None,
-    ) -> Tx[dict[int, tuple[MemoryRow, float, float]]]:
-        """Rows among ``keys`` that match ``sql``: cosine similarity to ``query``, BM25.
+    ) -> Tx[dict[int, tuple[MemoryRow, float, float, np.ndarray[Any, Any] | None]]]:
+        """Rows among ``keys`` that match ``sql``: cosine similarity to ``query``, BM25, vector.
 
         BM25 (0 without ``keywords``) is computed from the postings with the
-        ranking's statistics, as its top ``n`` was.
+        ranking's statistics, as its top ``n`` was. The stored vector travels
+        in pgvector's binary form (``vector_send``: no text to parse).
         """
         if not keys:
             return {}
@@ -326,7 +330,8 @@ class _ReadFlows(_FlowBase):
             )
             bm_params = [max(keywords.avgdl, 1e-9), terms, idf]
         raw = yield _Q(
-            f"SELECT {self.cols}, 1 - (m.embedding <=> %s), {bm25} FROM {self.t('memories')} m "
+            f"SELECT {self.cols}, 1 - (m.embedding <=> %s), {bm25}, vector_send(m.embedding) "
+            f"FROM {self.t('memories')} m "
             f"WHERE m.rowid = ANY(%s) AND {sql}",
             [np.asarray(query, dtype=np.float32), *bm_params, list(keys), *params],
         )
@@ -336,6 +341,7 @@ class _ReadFlows(_FlowBase):
                 row,
                 float(r[_NCOLS]) if r[_NCOLS] is not None else 0.0,
                 float(r[_NCOLS + 1]),
+                _unsent(r[_NCOLS + 2]),
             )
             for r, row in zip(raw, rows, strict=True)
         }
@@ -374,6 +380,7 @@ class _ReadFlows(_FlowBase):
         n: int,
         *,
         include_expired: bool = False,
+        stat_terms: Sequence[str] = (),
     ) -> Tx[list[Candidate]]:
         """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links.
 
@@ -397,12 +404,16 @@ class _ReadFlows(_FlowBase):
             yield from self.guard_binding(write=False)
         sem = yield from self.nearest(sql, params, query, n)
         if cache is not None:
-            pool = Pool(n, allowed, [int(r[0]) for r in sem], cache.bm25, terms)
+            pool = Pool(
+                n, allowed, [int(r[0]) for r in sem], cache.bm25, terms, stat_terms=stat_terms
+            )
             # What the keyword search kept (a term's postings as arrays) counts now.
             kind, value = scope.items()[0]
             self.account((kind, value), cache)
         else:
-            ranked = yield from self.keyword_ranking(scope, where, sql, params, terms, n)
+            ranked = yield from self.keyword_ranking(
+                scope, where, sql, params, terms, n, stat_terms
+            )
             pool = Pool(
                 n,
                 None,  # the rows read below are those the SQL allows
@@ -411,6 +422,8 @@ class _ReadFlows(_FlowBase):
                 terms,
                 keyword_hits=ranked.hits,
                 keyword_best=ranked.best(terms),
+                stat_terms=stat_terms,
+                term_stats=TermStats(ranked.live, ranked.stat_df),
             )
         if entities:
             # Every link of a memory that can end up in the pool: memories of
@@ -447,11 +460,12 @@ class _ReadFlows(_FlowBase):
         found = yield from self.rows_by_rowid(
             [int(x) for x in keys], sql, params, query, keywords=ranked
         )
-        hits = ((key, row, cosine) for key, (row, cosine, _) in found.items())
+        hits = ((key, row, cosine) for key, (row, cosine, _, _) in found.items())
+        vectors = {key: vec for key, (_, _, _, vec) in found.items() if vec is not None}
         if ranked is None:
-            return pool.build(keys, hits)
-        scores = {key: bm for key, (_, _, bm) in found.items() if bm > 0}
-        return pool.build(keys, hits, keyword_scores=scores)
+            return pool.build(keys, hits, vectors=vectors)
+        scores = {key: bm for key, (_, _, bm, _) in found.items() if bm > 0}
+        return pool.build(keys, hits, keyword_scores=scores, vectors=vectors)
 
     def keyword_ranking(
         self,
@@ -461,8 +475,11 @@ class _ReadFlows(_FlowBase):
         params: list[Any],
         terms: Sequence[str],
         n: int,
+        stat_terms: Sequence[str] = (),
     ) -> Tx[KeywordRanking]:
         """BM25's top ``n`` for ``terms`` and its statistics, in one query.
+
+        The statistics (``df``) also count ``stat_terms``, which do not rank.
 
         The statistics are those the in-process index takes (core/bm25.py):
         for a search of one user id, every live memory of the user (expired
@@ -472,7 +489,8 @@ class _ReadFlows(_FlowBase):
         return, read from ``memories``.
         """
         words = list(dict.fromkeys(terms))
-        if not words or n <= 0:
+        counted = list(dict.fromkeys([*words, *stat_terms]))
+        if not counted or n <= 0:
             return KeywordRanking.empty()
         postings, stats = self.t("keyword_postings"), self.t("keyword_stats")
         kind, value = scope.items()[0]
@@ -483,7 +501,7 @@ class _ReadFlows(_FlowBase):
                 f"post AS MATERIALIZED (SELECT p.memory_rowid, p.term, p.tf, p.dl FROM {postings} "
                 "p WHERE p.user_id = %s AND p.term = ANY(%s))"
             )
-            head_params: list[Any] = [value, value, words]
+            head_params: list[Any] = [value, value, counted]
         else:
             if narrowed(scope, where):
                 pop, pop_params = sql, params
@@ -501,7 +519,7 @@ class _ReadFlows(_FlowBase):
                 "post AS MATERIALIZED (SELECT p.memory_rowid, p.term, p.tf, p.dl FROM pop JOIN "
                 f"{postings} p ON p.memory_rowid = pop.rowid AND p.term = ANY(%s))"
             )
-            head_params = [*pop_params, words]
+            head_params = [*pop_params, counted]
         row = yield _Q(
             f"WITH {head}, "
             "df AS (SELECT term, count(*)::float8 AS df FROM post GROUP BY term), "
@@ -512,20 +530,22 @@ class _ReadFlows(_FlowBase):
             # same value, as 0.75 * dl is exact in both; a quarter of its time at 100k).
             f"hits AS (SELECT p.memory_rowid, sum(w.idf * p.tf * {K1 + 1} / (p.tf + {K1} * "
             f"({1 - B} + {B}::float8 * p.dl / w.avgdl))) AS s FROM post p "
-            "JOIN w ON w.term = p.term "
+            "JOIN w ON w.term = p.term WHERE p.term = ANY(%s) "
             "GROUP BY p.memory_rowid ORDER BY s DESC, p.memory_rowid LIMIT %s) "
             "SELECT (SELECT n FROM st), (SELECT len FROM st), "
             "(SELECT array_agg(term) FROM w), (SELECT array_agg(df) FROM w), "
             "(SELECT array_agg(memory_rowid ORDER BY s DESC, memory_rowid) FROM hits)",
-            [*head_params, n],
+            [*head_params, words, n],
             fetch="one",
         )
         live = int(row[0] or 0)
+        counts = {t: int(d) for t, d in zip(row[2] or [], row[3] or [], strict=True)}
         return KeywordRanking(
             hits=[int(x) for x in row[4] or []],
             live=live,
             avgdl=float(row[1]) / live if live else 0.0,
-            df={t: int(d) for t, d in zip(row[2] or [], row[3] or [], strict=True)},
+            df={t: d for t, d in counts.items() if t in words},
+            stat_df={t: counts[t] for t in stat_terms if t in counts},
         )
 
     def check_binding(self, model: str | None, dim: str | None) -> bool:
@@ -658,3 +678,10 @@ class _ReadFlows(_FlowBase):
         cache.snapshot = snap
         cache.lsn = max(cache.lsn, at)
         return cache
+
+
+def _unsent(data: bytes | None) -> np.ndarray[Any, np.dtype[np.float32]] | None:
+    """A vector from pgvector's binary send form: int16 dim, int16 unused, big-endian floats."""
+    if data is None:
+        return None
+    return np.frombuffer(bytes(data), dtype=">f4", offset=4).astype(np.float32)

@@ -274,6 +274,8 @@ class KeywordRanking:
     """Their mean length in terms."""
     df: dict[str, int] = field(default_factory=dict)
     """Documents of the population holding each query term (absent: none)."""
+    stat_df: dict[str, int] = field(default_factory=dict)
+    """The same for the terms counted but not ranked (``stat_terms``)."""
     rows: Rows = field(default_factory=lambda: np.empty(0, np.int64))
     """Every row holding a query term (ascending), that the search may return."""
     scores: Scores = field(default_factory=lambda: np.empty(0, np.float32))
@@ -316,15 +318,18 @@ def rank(
     *,
     population: Rows | None = None,
     allowed: Rows | None = None,
+    stat_terms: Sequence[str] = (),
 ) -> KeywordRanking:
     """BM25's top ``n`` for ``terms`` over the memories posted under ``keys``.
 
     The statistics count every live memory of ``keys`` (``keyword_stats``)
     or, given ``population``, those of its rows posted under ``keys`` (the
     empty term's postings); ``allowed`` narrows what is returned only. As
-    :meth:`BM25Index.search` with the same arguments, ties aside.
+    :meth:`BM25Index.search` with the same arguments, ties aside. The
+    ranking's ``df`` also counts ``stat_terms``, which do not rank.
     """
     words = list(dict.fromkeys(terms))
+    extra = [t for t in dict.fromkeys(stat_terms) if t not in words]
     if not keys or n <= 0:
         return KeywordRanking([], 0, 0.0)
     if population is None:
@@ -336,9 +341,9 @@ def rank(
                 list(chunk),
             ).fetchone()
             live, total = live + int(docs), total + int(length)
-        found = _read(con, keys, words) if words else {}
+        found = _read(con, keys, [*words, *extra]) if words or extra else {}
     else:
-        found = _read(con, keys, ["", *words])
+        found = _read(con, keys, ["", *words, *extra])
         every = found.pop("", np.empty(0, dtype=POSTING))
         members = every[np.isin(every["row"], population)]
         live, total = int(members.size), int(members["dl"].sum(dtype=np.int64))
@@ -346,8 +351,9 @@ def rank(
     if live == 0:
         return KeywordRanking([], 0, 0.0)
     avgdl = total / live
+    stat_df = {t: int(found[t].size) for t in extra if t in found and found[t].size}
     if not words:
-        return KeywordRanking([], live, avgdl)
+        return KeywordRanking([], live, avgdl, stat_df=stat_df)
     # The arithmetic of BM25Index.search, in float32 and in the query's term order.
     per_term: list[tuple[Rows, Scores]] = []
     df: dict[str, int] = {}
@@ -363,8 +369,10 @@ def rank(
         norm = K1 * (1 - B + B * dl / max(avgdl, 1e-9))
         contribution = (idf * tf * (K1 + 1) / (tf + norm)).astype(np.float32, copy=False)
         per_term.append((postings["row"].astype(np.int64), contribution))
+    # Every stat term's count: those also ranked from df, the rest read above.
+    stat_df.update({t: df[t] for t in stat_terms if t in df})
     if not per_term:
-        return KeywordRanking([], live, avgdl, df)
+        return KeywordRanking([], live, avgdl, df, stat_df)
     every = np.concatenate([r for r, _ in per_term])
     low, high = int(every.min()), int(every.max())
     if high - low < max(4 * every.size, 1 << 16):
@@ -402,6 +410,7 @@ def rank(
         live=live,
         avgdl=avgdl,
         df=df,
+        stat_df=stat_df,
         rows=rows,
         scores=scores,
     )

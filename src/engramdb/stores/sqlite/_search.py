@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from engramdb.core.filters import Node
+from engramdb.core.records import TermStats
 from engramdb.core.vectors import CompactVectorIndex, VectorIndex
 from engramdb.stores.base import Candidate, MemoryRow, Scope
 from engramdb.stores.kernel.candidates import Pool, adds_candidates, narrowed
@@ -254,11 +255,13 @@ class _Search(_Store):
         n: int,
         *,
         include_expired: bool = False,
+        stat_terms: Sequence[str] = (),
     ) -> list[Candidate]:
         """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links.
 
         Only live memories in scope; the memories linked to the query's
-        (normalised) entities are included.
+        (normalised) entities are included; each carries the scope's statistics
+        of ``stat_terms`` (:class:`~engramdb.core.records.TermStats`).
 
         Memories of an entity linked to more than ``n`` memories are not added
         as candidates (such an entity says little about any one of them); they
@@ -296,7 +299,9 @@ class _Search(_Store):
             if allowed is not None and allowed.size == 0:
                 return []
             if in_file:
-                ranked = self._keyword_ranking(con, scope, terms, n, allowed, population)
+                ranked = self._keyword_ranking(
+                    con, scope, terms, n, allowed, population, stat_terms
+                )
                 sem_keys, _ = cache.index.search(query, n, allowed=allowed)
                 pool = Pool(
                     n,
@@ -306,6 +311,8 @@ class _Search(_Store):
                     terms,
                     keyword_hits=ranked.hits,
                     keyword_best=ranked.best(terms),
+                    stat_terms=stat_terms,
+                    term_stats=TermStats(ranked.live, ranked.stat_df),
                 )
             elif got is not None:
                 pool = Pool(
@@ -316,10 +323,19 @@ class _Search(_Store):
                     terms,
                     population=population,
                     keyword_hits=got[1],
+                    stat_terms=stat_terms,
                 )
             else:
                 sem_keys, _ = cache.index.search(query, n, allowed=allowed)
-                pool = Pool(n, allowed, sem_keys.tolist(), cache.bm25, terms, population=population)
+                pool = Pool(
+                    n,
+                    allowed,
+                    sem_keys.tolist(),
+                    cache.bm25,
+                    terms,
+                    population=population,
+                    stat_terms=stat_terms,
+                )
             if entities:
                 marks = ",".join("?" * len(entities))
                 # A user's memories only link to that user's entities (the owner key).
@@ -357,6 +373,7 @@ class _Search(_Store):
             # (scope, filters, liveness) decides what survives. Vectors are in this
             # process: the cosine of every candidate comes from the index.
             cos_keys, cos = cache.index.search(query, keys.size, allowed=keys)
+            vec_keys, vecs = cache.index.vectors(cos_keys)
             found = self._rows_by_rowid(
                 con, keys, sql, params, memo=_memo_for(cache, scope, where, include_expired, params)
             )
@@ -364,9 +381,10 @@ class _Search(_Store):
         self._account(scope.items()[0], cache)
         cosine = dict(zip(cos_keys.tolist(), cos.tolist(), strict=True))
         hits = ((key, row, cosine.get(key, 0.0)) for key, row in found.items())
+        vectors = dict(zip(vec_keys.tolist(), vecs, strict=True))
         if ranked is not None:
-            return pool.build(keys, hits, keyword_scores=ranked.scores_of(keys))
-        return pool.build(keys, hits)
+            return pool.build(keys, hits, keyword_scores=ranked.scores_of(keys), vectors=vectors)
+        return pool.build(keys, hits, vectors=vectors)
 
     def _keyword_ranking(
         self,
@@ -376,6 +394,7 @@ class _Search(_Store):
         n: int,
         allowed: np.ndarray[Any, np.dtype[np.int64]] | None,
         population: np.ndarray[Any, np.dtype[np.int64]] | None,
+        stat_terms: Sequence[str] = (),
     ) -> KeywordRanking:
         """BM25's top ``n`` over the postings in the file (``keyword_index = "database"``).
 
@@ -417,6 +436,7 @@ class _Search(_Store):
             n,
             population=population,
             allowed=None if allowed is population else allowed,
+            stat_terms=stat_terms,
         )
 
     def _degrees(
