@@ -3155,6 +3155,11 @@ def examples(seed: int = 0) -> list[tuple[str, str, str]]:
     return out
 
 
+def people() -> list[str]:
+    """Every first name the templates draw from (``{f}``, ``{m}``), in order."""
+    return [*_POOLS["f"], *_POOLS["m"]]
+
+
 def main() -> None:
     """Print the number of sentences per class and kind."""
     counts = Counter((cls, kind) for cls, kind, _ in examples())

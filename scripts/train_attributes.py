@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,17 +56,42 @@ SPEAKERS = ("Maya", "Tom", "Aiko", "Kwabena", "Lucia", "Ravi", "Sven", "Noor")
 """Names a statement is also embedded after, as a stored chat turn is ("Maya: ...")."""
 
 
-def rows(seed: int = 0) -> tuple[list[str], list[str], list[str], list[str]]:
-    """The training rows: (classes, kinds, texts as embedded, embedding side)."""
+QUESTION_FILLS = 3
+"""How many fills of each question template are embedded (the names in it vary)."""
+
+_THE_USER = re.compile(r"\bthe user(?='s\b|\b)", re.IGNORECASE)
+
+
+def _named(text: str, name: str) -> str:
+    """A question about "the user" asked about a person by name instead."""
+    return _THE_USER.sub(name, text)
+
+
+def rows(seed: int = 0) -> tuple[list[str], list[str], list[str], list[str], list[int]]:
+    """The training rows: (classes, kinds, texts as embedded, embedding side, sentence).
+
+    A question is embedded in several forms, so that the person it names does
+    not decide its attribute: its template filled ``QUESTION_FILLS`` times
+    (other names, other places) and, when it says "the user", once with a name
+    instead. ``sentence`` numbers the written sentence each row comes from
+    (the folds keep a sentence's rows together).
+    """
     rng = random.Random(seed)
     cfg = FusionConfig()
     classes: list[str] = []
     kinds: list[str] = []
     texts: list[str] = []
     sides: list[str] = []
-    for cls, kind, text in attribute_examples.examples(seed):
+    groups: list[int] = []
+    fills = [attribute_examples.examples(seed + n) for n in range(QUESTION_FILLS)]
+    people = attribute_examples.people()
+    for group, same in enumerate(zip(*fills, strict=True)):
+        cls, kind, text = same[0]
         if kind == "question":
-            variants = [(query_embedding_text(text, cfg), "query")]
+            forms = list(dict.fromkeys(t for _, _, t in same))
+            if _THE_USER.search(text):
+                forms.append(_named(text, people[rng.randrange(len(people))]))
+            variants = [(query_embedding_text(t, cfg), "query") for t in forms]
         else:
             speaker = SPEAKERS[rng.randrange(len(SPEAKERS))]
             variants = [
@@ -77,7 +103,8 @@ def rows(seed: int = 0) -> tuple[list[str], list[str], list[str], list[str]]:
             kinds.append(kind)
             texts.append(embedded)
             sides.append(side)
-    return classes, kinds, texts, sides
+            groups.append(group)
+    return classes, kinds, texts, sides, groups
 
 
 def embed(texts: list[str], sides: list[str]) -> np.ndarray:
@@ -120,10 +147,10 @@ def to_file(model: LogisticRegression, counts: dict[str, int]) -> dict[str, Any]
     }
 
 
-def folds(x: np.ndarray, y: list[str], kinds: list[str], k: int) -> None:
+def folds(x: np.ndarray, y: list[str], kinds: list[str], groups: list[int], k: int) -> None:
     """Print k-fold accuracy per class and kind (rows of one sentence stay in one fold)."""
     n = len(y)
-    fold_of = [(i // 2 if kinds[i] == "statement" else i) % k for i in range(n)]
+    fold_of = [g % k for g in groups]
     hits: dict[tuple[str, str], list[int]] = {}
     for f in range(k):
         train = [i for i in range(n) if fold_of[i] != f]
@@ -145,10 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if --out is stale")
     parser.add_argument("--folds", type=int, default=0, help="k-fold accuracy, writes nothing")
     args = parser.parse_args(argv)
-    classes, kinds, texts, sides = rows()
+    classes, kinds, texts, sides, groups = rows()
     x = embed(texts, sides)
     if args.folds:
-        folds(x, classes, kinds, args.folds)
+        folds(x, classes, kinds, groups, args.folds)
         return 0
     counts = {
         "statements": sum(1 for k in kinds if k == "statement"),

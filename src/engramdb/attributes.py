@@ -119,7 +119,7 @@ FITTED_FOR: Final[tuple[str, ...]] = (
 """The embedders whose vectors the shipped weights read (two engines of one model,
 whose vectors agree to a cosine of 0.996)."""
 
-VERSION: Final = "attributes_v1"
+VERSION: Final = "attributes_v2"
 """The format and training recipe of the shipped weights."""
 
 MODEL_RESOURCE: Final = "data/attributes.json"
@@ -216,11 +216,16 @@ class AttributeModel:
         v = np.asarray(vectors, dtype=np.float32)
         if v.ndim != 2 or v.shape[1] != self._weights.shape[1] or v.shape[0] == 0:
             return np.zeros((v.shape[0] if v.ndim == 2 else 0, int(self._attrs.sum())), np.float32)
-        norms = np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-        z = (v / norms) @ self._weights.T + self._bias
-        e = np.exp(z - z.max(axis=1, keepdims=True))
-        out: npt.NDArray[np.float32] = (e / e.sum(axis=1, keepdims=True))[:, self._attrs]
-        return out.astype(np.float32)
+        # W (v / |v|) + b, dividing the n logit rows rather than the n vectors. einsum, not
+        # `@`: a BLAS's worker threads spin-wait for a core on a busy machine (vectors.py).
+        z = np.einsum("ij,kj->ik", v, self._weights)
+        z /= np.maximum(np.sqrt(np.einsum("ij,ij->i", v, v)), 1e-12)[:, np.newaxis]
+        z += self._bias
+        z -= z.max(axis=1, keepdims=True)
+        np.exp(z, out=z)
+        z /= z.sum(axis=1, keepdims=True)
+        out: npt.NDArray[np.float32] = z[:, self._attrs]
+        return out
 
     def top(self, vector: npt.NDArray[np.float32]) -> str | None:
         """The most probable attribute term of a vector (``@home``); ``None`` for no vector."""
@@ -276,8 +281,8 @@ class Asked:
         p = self.model.shares_of(np.stack(rows))
         if p.shape[1] != weight.shape[0]:
             return out
-        for i, value in zip(present, (p @ weight).tolist(), strict=True):
-            out[i] = min(1.0, max(0.0, float(value)))
+        for i, value in zip(present, np.clip(p @ weight, 0.0, 1.0).tolist(), strict=True):
+            out[i] = value
         return out
 
 
