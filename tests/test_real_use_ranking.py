@@ -508,3 +508,31 @@ def test_the_attribute_part_is_off_with_its_weight_and_on_rrf(
         hit = m.search("What device does Sofia text from?", user_id="u", explain=True)["results"][0]
         assert "attribute" not in hit["score_details"]["parts"]
         m.close()
+
+
+def test_before_a_named_value_on_chat_turns_gets_what_held_before_it(mem: Memory) -> None:
+    # Verbatim turns, no links: "before Swahili" anchors at the first statement of
+    # Swahili by the person asked about, and the answer is their latest statement of
+    # the attribute before it (not the current value the question names, not a later
+    # restatement, not the other speaker's).
+    turns = [
+        ("2024-01-05", "Bram", "I've been learning Japanese for a while, the grammar is wild."),
+        ("2024-02-11", "Sofia", "My Portuguese lessons start next week!"),
+        ("2024-03-02", "Bram", "Surviving! The week flew by."),
+        ("2024-04-20", "Bram", "I've let my Japanese slide; Swahili is all I practise now."),
+        ("2024-05-30", "Bram", "My Swahili teacher says my accent is improving."),
+    ]
+    for day, who, text in turns:
+        mem.add(
+            [{"role": "user", "content": text, "name": who}],
+            user_id="pair",
+            infer=False,
+            timestamp=day,
+        )
+    question = "What language did Bram learn before Swahili?"
+    hits = mem.search(question, user_id="pair", top_k=5, explain=True)["results"]
+    assert hits[0]["memory"].startswith("I've been learning Japanese"), [h["memory"] for h in hits]
+    assert hits[0]["score_details"]["latest_of"] == ["@language"]
+    # the present question still gets the latest statement
+    now = _first(mem, "Which language is Bram studying now?", user_id="pair")
+    assert "Swahili" in now

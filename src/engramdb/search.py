@@ -1098,6 +1098,7 @@ def latest_of_attribute(
     previous: bool = False,
     names: frozenset[str] = frozenset(),
     owners: frozenset[str] = frozenset(),
+    before: frozenset[str] = frozenset(),
 ) -> list[Hit]:
     """``hits`` with the latest statement of the asked attribute first (what holds now).
 
@@ -1119,6 +1120,11 @@ def latest_of_attribute(
     :func:`engramdb.nlp.querytime.asks_previous`): the latest holder stated
     before the latest one's moment takes the first place instead (none: nothing
     moves). A value said again in the same session is the same value.
+
+    ``before`` (the terms of the value a "... before X?" question names:
+    :func:`engramdb.nlp.querytime.before_what`): the moment is the first
+    holder's that says X, and the answer the latest holder stated before it
+    that does not; with no holder saying X, as ``previous``.
     """
     if not hits or not holders or _in_chain(hits[0].row):
         return hits  # links already say which version holds (rank_superseded)
@@ -1137,7 +1143,14 @@ def latest_of_attribute(
     if not mine:
         return hits
     latest = max(mine, key=lambda c: (when(c.row), c.semantic, c.row.id))
-    if previous:
+    anchors = [c for c in mine if _says(before, c.row.text)]
+    if anchors:
+        moment = min(when(c.row) for c in anchors)
+        earlier = [c for c in mine if when(c.row) < moment and not _says(before, c.row.text)]
+        if not earlier:
+            return hits
+        latest = max(earlier, key=lambda c: (when(c.row), c.semantic, c.row.id))
+    elif previous or before:
         earlier = [c for c in mine if when(c.row) < when(latest.row)]
         if not earlier:
             return hits

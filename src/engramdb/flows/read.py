@@ -507,6 +507,7 @@ class ReadFlows(FlowState):
             previous=asks_previous(text),
             names=names,
             owners=owners,
+            before=before_what(text),
         )
 
     def _newer_first(self, hits: list[Hit]) -> Flow[list[Hit]]:
@@ -571,13 +572,16 @@ class ReadFlows(FlowState):
             self.fusion.present_recency_weight > 0 or self.fusion.present_alike_cosine > 0
         ) and asks_present(text)
         hits = apply_recency(hits, self.fusion, at or utc_now(), present=present)
+        before = before_what(text)
         if self.fusion.attribute_currency and (
-            asks_present(text) or asks_previous(text) or (at is not None and not asks_when(text))
+            asks_present(text)
+            or asks_previous(text)
+            or before
+            or (at is not None and not asks_when(text))
         ):
             hits = yield from self._attribute_currency(
                 scope, where, text, vec, hits, include_expired=include_expired
             )
-        before = before_what(text)
         hits, supers = yield from self._chains(
             hits,
             scope,
