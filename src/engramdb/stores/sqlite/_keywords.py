@@ -310,6 +310,19 @@ def _read(
     return {t: np.frombuffer(b"".join(blobs), dtype=POSTING) for t, blobs in parts.items()}
 
 
+def _counts(con: sqlite3.Connection, keys: Sequence[str], terms: Sequence[str]) -> dict[str, int]:
+    """How many postings each of ``terms`` has over ``keys`` (terms with none are absent)."""
+    totals: dict[str, int] = defaultdict(int)
+    for chunk in _chunks(list(keys), 200):
+        for term, size in con.execute(
+            f"SELECT term, sum(length(postings)) FROM keyword_postings WHERE key IN "
+            f"({_marks(len(chunk))}) AND term IN ({_marks(len(terms))}) GROUP BY term",
+            [*chunk, *terms],
+        ):
+            totals[term] += int(size or 0)
+    return {t: n // POSTING.itemsize for t, n in totals.items() if n}
+
+
 def rank(
     con: sqlite3.Connection,
     keys: Sequence[str],
@@ -341,7 +354,10 @@ def rank(
                 list(chunk),
             ).fetchone()
             live, total = live + int(docs), total + int(length)
-        found = _read(con, keys, [*words, *extra]) if words or extra else {}
+        found = _read(con, keys, words) if words else {}
+        # The terms counted but not ranked: their postings' total length is their
+        # count, which SQLite reads from the record headers, not the blobs.
+        stat_counts = _counts(con, keys, extra) if extra else {}
     else:
         found = _read(con, keys, ["", *words, *extra])
         every = found.pop("", np.empty(0, dtype=POSTING))
@@ -351,7 +367,11 @@ def rank(
     if live == 0:
         return KeywordRanking([], 0, 0.0)
     avgdl = total / live
-    stat_df = {t: int(found[t].size) for t in extra if t in found and found[t].size}
+    stat_df = (
+        stat_counts
+        if population is None
+        else {t: int(found[t].size) for t in extra if t in found and found[t].size}
+    )
     if not words:
         return KeywordRanking([], live, avgdl, stat_df=stat_df)
     # The arithmetic of BM25Index.search, in float32 and in the query's term order.
