@@ -71,6 +71,8 @@ def test_another_embedder_indexes_no_attribute_terms(tmp_path: Path) -> None:
     m.add("The Mini Cooper failed its MOT", user_id="u", infer=False)
     hit = m.search("What make of motor does the user have?", user_id="u", explain=True)
     assert "attributes" not in hit["results"][0]["score_details"]
+    # nor does the attribute part of fusion read that space (a hash's vector is no attribute)
+    assert "attribute" not in hit["results"][0]["score_details"]["parts"]
     m.close()
 
 

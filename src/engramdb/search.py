@@ -407,9 +407,9 @@ class FusionConfig(BaseModel):
     attribute_weight: float = Field(default=0.5, ge=0)
     """The weight of the attribute part (0: off): how much the attributes a
     memory's vector is about agree with those the question's vector asks
-    (:func:`engramdb.attributes.agreement`), each attribute counting less the
-    more candidates share it. Read with the classifier that ``attribute_gate``
-    uses, on its embedder only."""
+    (:meth:`engramdb.attributes.Asked.agreement`), each attribute counting less the
+    more memories of the scope hold it. Read with the classifier that ``attribute_gate``
+    uses: off with another embedder, or with ``attribute_gate`` 0."""
     attribute_share: float = Field(default=0.2, gt=0, le=1)
     """The probability (:mod:`engramdb.attributes`) an attribute needs to be one of a
     memory's attribute terms (index time)."""
