@@ -536,3 +536,27 @@ def test_before_a_named_value_on_chat_turns_gets_what_held_before_it(mem: Memory
     # the present question still gets the latest statement
     now = _first(mem, "Which language is Bram studying now?", user_id="pair")
     assert "Swahili" in now
+
+
+def test_a_question_about_what_was_said_is_not_a_question_about_which_value_holds(
+    mem: Memory,
+) -> None:
+    # "What does Kai's cat do all day?" asks the pet attribute, but it is about what a
+    # statement says ("sleeps all day"), not which pet holds now: the latest statement
+    # of the attribute ("At night Mruczek hunts moths") does not take the first place.
+    for day, text in [
+        ("2024-01-02", "My cat sleeps all day on the sofa, his name is Mruczek."),
+        ("2024-02-02", "I spend all day at the office on Mondays."),
+        ("2024-03-02", "At night Mruczek hunts moths on the balcony."),
+    ]:
+        mem.add(
+            [{"role": "user", "content": text, "name": "Kai"}],
+            user_id="u",
+            infer=False,
+            timestamp=day,
+        )
+    hits = mem.search("What does Kai's cat do all day?", user_id="u", explain=True)["results"]
+    assert hits[0]["memory"].startswith("My cat sleeps all day"), [h["memory"] for h in hits]
+    assert "latest_of" not in hits[0]["score_details"]
+    # asked which pet, the latest statement of the attribute still comes first
+    assert _first(mem, "Which pet does Kai have these days?", user_id="u").startswith("At night")

@@ -1099,6 +1099,7 @@ def latest_of_attribute(
     names: frozenset[str] = frozenset(),
     owners: frozenset[str] = frozenset(),
     before: frozenset[str] = frozenset(),
+    topic: frozenset[str] = frozenset(),
 ) -> list[Hit]:
     """``hits`` with the latest statement of the asked attribute first (what holds now).
 
@@ -1125,6 +1126,12 @@ def latest_of_attribute(
     :func:`engramdb.nlp.querytime.before_what`): the moment is the first
     holder's that says X, and the answer the latest holder stated before it
     that does not; with no holder saying X, as ``previous``.
+
+    ``topic`` (the question's own words: :func:`engramdb.nlp.querytime.topic_words`):
+    when the first hit says two of them and the latest holder none ("What does
+    Kai's cat do all day?": "My cat sleeps all day ..." against "At night
+    Mruczek hunts moths"), the question is about something said, not about
+    which value holds, and nothing moves.
     """
     if not hits or not holders or _in_chain(hits[0].row):
         return hits  # links already say which version holds (rank_superseded)
@@ -1157,6 +1164,8 @@ def latest_of_attribute(
         latest = max(earlier, key=lambda c: (when(c.row), c.semantic, c.row.id))
     if hits[0].row.id == latest.row.id:
         return hits
+    if len(topic & _own_terms(hits[0].row.text)) >= 2 and not topic & _own_terms(latest.row.text):
+        return hits  # a question about what the first hit says, not about which value holds
     found = next((h for h in hits if h.row.id == latest.row.id), None)
     explain: dict[str, Any] = (
         dict(found.explain) if found is not None else {"semantic": latest.semantic}

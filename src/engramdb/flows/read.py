@@ -487,7 +487,8 @@ class ReadFlows(FlowState):
             return hits
         actors = [h.row.actor_id for h in hits if h.explain.get("actor") and h.row.actor_id]
         owners = frozenset(hits[0].explain.get("owner", ()))
-        if len(topic_words(text, [*actors, *owners, "user"])) > TOPIC_WORDS:
+        topic = topic_words(text, [*actors, *owners, "user"])
+        if len(topic) > TOPIC_WORDS:
             return hits  # a specific question, not one about an attribute
         narrowed = where
         if actors:
@@ -508,6 +509,7 @@ class ReadFlows(FlowState):
             names=names,
             owners=owners,
             before=before_what(text),
+            topic=topic,
         )
 
     def _newer_first(self, hits: list[Hit]) -> Flow[list[Hit]]:
