@@ -9,7 +9,6 @@ protocols a backend implements.
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -315,12 +314,9 @@ class TermStats:
     """
 
     live: int
+    """Documents the statistics count."""
     df: Mapping[str, int]
-
-    def idf(self, term: str) -> float:
-        """BM25's (Lucene's non-negative) idf of ``term`` over these statistics."""
-        df = self.df.get(term, 0)
-        return math.log(1 + (self.live - df + 0.5) / (df + 0.5))
+    """Documents holding each term (a term no document holds is absent)."""
 
 
 @dataclass
@@ -348,8 +344,8 @@ class Candidate:
     term_stats: TermStats | None = None
     """The scope's statistics of the search's ``stat_terms`` (the same for every
     candidate of a search); None when it asked none."""
-    vector: Any = None
-    """The memory's stored vector (float32), when the backend read it: what
+    vector: np.ndarray[Any, np.dtype[np.float32]] | None = None
+    """The memory's stored vector, when the backend read it: what
     fusion reads the memory's attributes from (:mod:`engramdb.attributes`)."""
 
 
