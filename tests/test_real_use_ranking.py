@@ -32,6 +32,17 @@ def mem(tmp_path: Path, embedder: LocalEmbedder) -> Memory:
     return Memory(tmp_path / "e.db", embedder=embedder, llm=None)
 
 
+def _say_each(memory: Memory, user_id: str, turns: list[tuple[str, str, str]]) -> None:
+    """Store each ``(day, speaker, text)`` as its own chat turn (``infer=False``)."""
+    for day, who, text in turns:
+        memory.add(
+            [{"role": "user", "content": text, "name": who}],
+            user_id=user_id,
+            infer=False,
+            timestamp=day,
+        )
+
+
 def _first(memory: Memory, query: str, **scope: str) -> str:
     hits = memory.search(query, **scope, top_k=5)["results"]
     assert hits, query
@@ -522,13 +533,7 @@ def test_before_a_named_value_on_chat_turns_gets_what_held_before_it(mem: Memory
         ("2024-04-20", "Bram", "I've let my Japanese slide; Swahili is all I practise now."),
         ("2024-05-30", "Bram", "My Swahili teacher says my accent is improving."),
     ]
-    for day, who, text in turns:
-        mem.add(
-            [{"role": "user", "content": text, "name": who}],
-            user_id="pair",
-            infer=False,
-            timestamp=day,
-        )
+    _say_each(mem, "pair", turns)
     question = "What language did Bram learn before Swahili?"
     hits = mem.search(question, user_id="pair", top_k=5, explain=True)["results"]
     assert hits[0]["memory"].startswith("I've been learning Japanese"), [h["memory"] for h in hits]
@@ -544,17 +549,15 @@ def test_a_question_about_what_was_said_is_not_a_question_about_which_value_hold
     # "What does Kai's cat do all day?" asks the pet attribute, but it is about what a
     # statement says ("sleeps all day"), not which pet holds now: the latest statement
     # of the attribute ("At night Mruczek hunts moths") does not take the first place.
-    for day, text in [
-        ("2024-01-02", "My cat sleeps all day on the sofa, his name is Mruczek."),
-        ("2024-02-02", "I spend all day at the office on Mondays."),
-        ("2024-03-02", "At night Mruczek hunts moths on the balcony."),
-    ]:
-        mem.add(
-            [{"role": "user", "content": text, "name": "Kai"}],
-            user_id="u",
-            infer=False,
-            timestamp=day,
-        )
+    _say_each(
+        mem,
+        "u",
+        [
+            ("2024-01-02", "Kai", "My cat sleeps all day on the sofa, his name is Mruczek."),
+            ("2024-02-02", "Kai", "I spend all day at the office on Mondays."),
+            ("2024-03-02", "Kai", "At night Mruczek hunts moths on the balcony."),
+        ],
+    )
     hits = mem.search("What does Kai's cat do all day?", user_id="u", explain=True)["results"]
     assert hits[0]["memory"].startswith("My cat sleeps all day"), [h["memory"] for h in hits]
     assert "latest_of" not in hits[0]["score_details"]

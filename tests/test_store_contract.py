@@ -593,7 +593,7 @@ def test_candidates_carry_their_vectors_and_statistics_of_terms_that_do_not_rank
     add1(store, "cello", v=vec(0, 0, 1), terms="cello")
     add1(store, "someone else's", Scope("v"), v=vec(1, 0), terms="violin @music @pet")
     stat = ["@music", "@hobby", "@pet"]
-    cands = store.candidates(U, None, vec(1, 0), ["violin"], [], 5, stat_terms=stat)
+    cands = store.candidates(U, None, vec(1, 0), ["violin"], [], 5, stat_terms=stat, vectors=True)
     by = {c.row.id: c for c in cands}
     assert len(by) == 3
     assert np.allclose(by[a].vector, vec(1, 0), atol=1e-6)

@@ -236,7 +236,7 @@ class AttributeModel:
         return self._names[int(np.argmax(p))]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Asked:
     """What a question asks, as the classifier reads it: its attribute shares."""
 

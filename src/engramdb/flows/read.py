@@ -640,6 +640,7 @@ class ReadFlows(FlowState):
             n,
             include_expired=include_expired,
             stat_terms=plan.attributes.stat_terms() if plan.attributes is not None else (),
+            vectors=plan.attributes is not None,
         )
         return found
 

@@ -358,13 +358,14 @@ class Store(Protocol):
         *,
         include_expired: bool = False,
         stat_terms: Sequence[str] = (),
+        vectors: bool = False,
     ) -> list[Candidate]:
         """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links.
 
         Only live memories in scope; the memories linked to the query's
-        (normalised) entities are included. Each carries its stored vector and
-        the scope's keyword statistics of ``stat_terms`` (terms that do not
-        rank: the attribute terms fusion weighs).
+        (normalised) entities are included. Each carries the scope's keyword
+        statistics of ``stat_terms`` (terms that do not rank: the attribute
+        terms fusion weighs) and, with ``vectors``, its stored vector.
         """
         ...
 
@@ -679,6 +680,7 @@ class AsyncStore(Protocol):
         *,
         include_expired: bool = False,
         stat_terms: Sequence[str] = (),
+        vectors: bool = False,
     ) -> list[Candidate]:
         """See :meth:`Store.candidates`."""
         ...

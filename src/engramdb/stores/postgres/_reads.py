@@ -309,12 +309,14 @@ class _ReadFlows(_FlowBase):
         query: np.ndarray[Any, Any],
         *,
         keywords: KeywordRanking | None = None,
+        vectors: bool = False,
     ) -> Tx[dict[int, tuple[MemoryRow, float, float, np.ndarray[Any, Any] | None]]]:
         """Rows among ``keys`` that match ``sql``: cosine similarity to ``query``, BM25, vector.
 
         BM25 (0 without ``keywords``) is computed from the postings with the
-        ranking's statistics, as its top ``n`` was. The stored vector travels
-        in pgvector's binary form (``vector_send``: no text to parse).
+        ranking's statistics, as its top ``n`` was. With ``vectors`` the stored
+        vector travels in pgvector's binary form (``vector_send``: no text to
+        parse); without, None.
         """
         if not keys:
             return {}
@@ -330,7 +332,8 @@ class _ReadFlows(_FlowBase):
             )
             bm_params = [max(keywords.avgdl, 1e-9), terms, idf]
         raw = yield _Q(
-            f"SELECT {self.cols}, 1 - (m.embedding <=> %s), {bm25}, vector_send(m.embedding) "
+            f"SELECT {self.cols}, 1 - (m.embedding <=> %s), {bm25}, "
+            f"{'vector_send(m.embedding)' if vectors else 'NULL'} "
             f"FROM {self.t('memories')} m "
             f"WHERE m.rowid = ANY(%s) AND {sql}",
             [np.asarray(query, dtype=np.float32), *bm_params, list(keys), *params],
@@ -381,6 +384,7 @@ class _ReadFlows(_FlowBase):
         *,
         include_expired: bool = False,
         stat_terms: Sequence[str] = (),
+        vectors: bool = False,
     ) -> Tx[list[Candidate]]:
         """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links.
 
@@ -458,14 +462,14 @@ class _ReadFlows(_FlowBase):
         if keys is None:
             return []
         found = yield from self.rows_by_rowid(
-            [int(x) for x in keys], sql, params, query, keywords=ranked
+            [int(x) for x in keys], sql, params, query, keywords=ranked, vectors=vectors
         )
         hits = ((key, row, cosine) for key, (row, cosine, _, _) in found.items())
-        vectors = {key: vec for key, (_, _, _, vec) in found.items() if vec is not None}
+        stored = {key: vec for key, (_, _, _, vec) in found.items() if vec is not None}
         if ranked is None:
-            return pool.build(keys, hits, vectors=vectors)
+            return pool.build(keys, hits, vectors=stored or None)
         scores = {key: bm for key, (_, _, bm, _) in found.items() if bm > 0}
-        return pool.build(keys, hits, keyword_scores=scores, vectors=vectors)
+        return pool.build(keys, hits, keyword_scores=scores, vectors=stored or None)
 
     def keyword_ranking(
         self,

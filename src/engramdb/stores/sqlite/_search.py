@@ -256,12 +256,14 @@ class _Search(_Store):
         *,
         include_expired: bool = False,
         stat_terms: Sequence[str] = (),
+        vectors: bool = False,
     ) -> list[Candidate]:
         """Candidates for a query: the vector top ``n``, the BM25 top ``n``, entity links.
 
         Only live memories in scope; the memories linked to the query's
         (normalised) entities are included; each carries the scope's statistics
-        of ``stat_terms`` (:class:`~engramdb.core.records.TermStats`).
+        of ``stat_terms`` (:class:`~engramdb.core.records.TermStats`) and, with
+        ``vectors``, its stored vector.
 
         Memories of an entity linked to more than ``n`` memories are not added
         as candidates (such an entity says little about any one of them); they
@@ -373,7 +375,10 @@ class _Search(_Store):
             # (scope, filters, liveness) decides what survives. Vectors are in this
             # process: the cosine of every candidate comes from the index.
             cos_keys, cos = cache.index.search(query, keys.size, allowed=keys)
-            vec_keys, vecs = cache.index.vectors(cos_keys)
+            stored = None
+            if vectors:
+                vec_keys, vecs = cache.index.vectors(cos_keys)
+                stored = dict(zip(vec_keys.tolist(), vecs, strict=True))
             found = self._rows_by_rowid(
                 con, keys, sql, params, memo=_memo_for(cache, scope, where, include_expired, params)
             )
@@ -381,10 +386,9 @@ class _Search(_Store):
         self._account(scope.items()[0], cache)
         cosine = dict(zip(cos_keys.tolist(), cos.tolist(), strict=True))
         hits = ((key, row, cosine.get(key, 0.0)) for key, row in found.items())
-        vectors = dict(zip(vec_keys.tolist(), vecs, strict=True))
         if ranked is not None:
-            return pool.build(keys, hits, keyword_scores=ranked.scores_of(keys), vectors=vectors)
-        return pool.build(keys, hits, vectors=vectors)
+            return pool.build(keys, hits, keyword_scores=ranked.scores_of(keys), vectors=stored)
+        return pool.build(keys, hits, vectors=stored)
 
     def _keyword_ranking(
         self,
