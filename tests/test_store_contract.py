@@ -606,6 +606,7 @@ def test_candidates_carry_their_vectors_and_statistics_of_terms_that_do_not_rank
     plain = store.candidates(U, None, vec(1, 0), ["violin"], [], 5)
     assert {c.row.id: c.bm25 for c in plain} == pytest.approx({k: c.bm25 for k, c in by.items()})
     assert all(c.term_stats is None for c in plain)
+    assert all(c.vector is None for c in plain)  # vectors only when asked
     # a stat term that is also a query term counts once and still ranks
     both = store.candidates(U, None, vec(1, 0), ["@hobby"], [], 5, stat_terms=stat)
     assert {c.row.id for c in both if c.bm25 > 0} == {b}
