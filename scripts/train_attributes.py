@@ -46,7 +46,7 @@ from engramdb.search import FusionConfig, document_text, query_embedding_text
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import attribute_examples  # a sibling script, not a package
 
-C = 10.0
+C = 80.0
 """Inverse regularisation strength of the logistic regression."""
 
 MODEL_FILE = Path(__file__).resolve().parents[1] / "src/engramdb" / MODEL_RESOURCE

@@ -119,7 +119,7 @@ FITTED_FOR: Final[tuple[str, ...]] = (
 """The embedders whose vectors the shipped weights read (two engines of one model,
 whose vectors agree to a cosine of 0.996)."""
 
-VERSION: Final = "attributes_v2"
+VERSION: Final = "attributes_v3"
 """The format and training recipe of the shipped weights."""
 
 MODEL_RESOURCE: Final = "data/attributes.json"
