@@ -563,3 +563,24 @@ def test_a_question_about_what_was_said_is_not_a_question_about_which_value_hold
     assert "latest_of" not in hits[0]["score_details"]
     # asked which pet, the latest statement of the attribute still comes first
     assert _first(mem, "Which pet does Kai have these days?", user_id="u").startswith("At night")
+
+
+def test_a_reply_of_one_word_does_not_state_what_holds_now(mem: Memory) -> None:
+    # Verbatim turns: the replies after news of a partner lean towards the partner
+    # attribute as the classifier reads their vectors, and they are the person's
+    # latest turns; but "That's huge, I'm so happy for you." states no partner. What
+    # holds now is the latest turn that says something (search.STATING_TERMS).
+    _say_each(
+        mem,
+        "pair",
+        [
+            ("2024-01-05", "Nadia", "My partner Aziz says hi, by the way."),
+            ("2024-06-10", "Nadia", "Okay don't laugh, I started dating Noa two weeks ago."),
+            ("2024-06-10", "Tariq", "No way! Tell me everything."),
+            ("2024-09-01", "Nadia", "Yes, still loving it!"),
+            ("2024-11-20", "Nadia", "That's huge, I'm so happy for you."),
+        ],
+    )
+    for question in ("Who is Nadia dating?", "Who is Nadia's partner these days?"):
+        hits = mem.search(question, user_id="pair")["results"]
+        assert hits[0]["memory"].startswith("Okay don't laugh"), [h["memory"] for h in hits]

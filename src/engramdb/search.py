@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -1082,6 +1082,32 @@ def _asks(text: str) -> bool:
     return text.rstrip().rstrip("\"')\u201d").endswith("?")
 
 
+STATING_TERMS: Final = 2
+"""Content words (past everyday conversation words and the speakers' names) a
+statement needs to say which value an attribute holds (:func:`latest_of_attribute`)."""
+
+
+def _stating(candidates: Sequence[Candidate]) -> list[bool]:
+    """Whether each candidate says enough to state a value (:data:`STATING_TERMS`).
+
+    A reply that only leans towards the attribute, as its vector reads it
+    ("That's huge, I'm so happy for you." after news of a partner; "Yes, still
+    loving it!"), holds one content word or none.
+    """
+    chatter = _chatter_terms()
+    names: set[str] = set()
+    for actor in {c.row.actor_id for c in candidates if c.row.actor_id}:
+        names |= _own_terms(actor)
+    # A fact that opens with its subject ("Bram is vegan.") names whom it is about: the
+    # name counts as a word of it there, where a greeting's ("Tariq! Finally ...") does not.
+    return [
+        len(_own_terms(c.row.text) - chatter - names)
+        + (opening_name(without_vocatives(c.row.text), possessor=True) is not None)
+        >= STATING_TERMS
+        for c in candidates
+    ]
+
+
 def _about_named(row: MemoryRow, names: frozenset[str]) -> bool:
     """Whether a memory is by, or opens with, a person in ``names`` (entity keys)."""
     if row.actor_id and normalize_entity(row.actor_id) in names:
@@ -1106,8 +1132,9 @@ def latest_of_attribute(
     ``holders``: the memories about the question's subject that carry one of the
     attribute terms the question asks (``asked``), read from the store for this
     (:meth:`engramdb.flows.read.ReadFlows._attribute_currency`). Someone else's
-    fact among them (:func:`other_subject_factors`) and a text that ends in a
-    question do not count; when some holders are by or open with a person the
+    fact among them (:func:`other_subject_factors`), a text that ends in a
+    question and one with fewer than :data:`STATING_TERMS` content words do not
+    count; when some holders are by or open with a person the
     question names (``names``, entity keys) and that is not the store's own
     person (``owners``), only they count. The one
     stated last (:func:`when`; on a tie, the one nearer the query) takes the
@@ -1136,8 +1163,14 @@ def latest_of_attribute(
     if not hits or not holders or _in_chain(hits[0].row):
         return hits  # links already say which version holds (rank_superseded)
     own = other_subject_factors(holders, 0.0, relations_of(asked), owners, names)
-    # A question asked states nothing ("Cool! What music do you play?").
-    mine = [c for c, f in zip(holders, own, strict=True) if f == 1.0 and not _asks(c.row.text)]
+    # A question asked states nothing ("Cool! What music do you play?"), nor does a
+    # reply of one content word ("That's huge, I'm so happy for you.").
+    says = _stating(holders)
+    mine = [
+        c
+        for c, f, stated in zip(holders, own, says, strict=True)
+        if f == 1.0 and stated and not _asks(c.row.text)
+    ]
     if names and not owners:
         # The person the question names, when some holder is theirs: by who said it
         # or by the name it opens with ("Sofia works at ..."). A speaker of the scope
