@@ -1101,11 +1101,16 @@ def _stating(candidates: Sequence[Candidate]) -> list[bool]:
     # A fact that opens with its subject ("Bram is vegan.") names whom it is about: the
     # name counts as a word of it there, where a greeting's ("Tariq! Finally ...") does not.
     return [
-        len(_own_terms(c.row.text) - chatter - names)
-        + (opening_name(without_vocatives(c.row.text), possessor=True) is not None)
+        len(_own_terms(c.row.text) - chatter - names) + _opens_with_name(c.row.text)
         >= STATING_TERMS
         for c in candidates
     ]
+
+
+@lru_cache(maxsize=1 << 13)
+def _opens_with_name(text: str) -> bool:
+    """Whether a text opens with a name as its subject, past any greeting (cached)."""
+    return opening_name(without_vocatives(text), possessor=True) is not None
 
 
 def _about_named(row: MemoryRow, names: frozenset[str]) -> bool:
