@@ -69,6 +69,26 @@ def test_asked_relations_reads_words_and_cues() -> None:
     assert asked_relations("Where does Dana live?", ["work"]) == {"work"}
 
 
+@pytest.mark.parametrize(
+    ("question", "asked"),
+    [
+        # A parent's word said as what the person is asks whether they have children:
+        # "Mum's birthday is next Tuesday" is someone else's fact for it.
+        ("Is Jonas a mum or dad?", {"child"}),
+        ("Is the user a mum or a dad?", {"child"}),
+        ("Is the user a parent?", {"child"}),
+        ("Was Tariq a father by then?", {"child"}),
+        # The person's own parents, or a relation they have, ask as before.
+        ("What does Jonas's mum do?", {"parent"}),
+        ("Does Jonas have a dad?", {"parent"}),
+        ("Does the user have a sister?", {"sibling"}),
+        ("Is Mia a friend of the user?", {"friend"}),
+    ],
+)
+def test_a_parent_word_said_as_a_role_asks_about_children(question: str, asked: set[str]) -> None:
+    assert asked_relations(question) == asked
+
+
 def _cand(text: str, actor: str | None = None) -> Candidate:
     row = MemoryRow(
         id=text,

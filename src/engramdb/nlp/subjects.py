@@ -119,12 +119,42 @@ def opening_relation(text: str) -> str | None:
     return None
 
 
+_ROLE_OF: Final = {"parent": "child"}
+"""What a relation word asks when it is what the person is ("Is Jonas a mum or dad?",
+"Is the user a parent?"): whether they have children, not about their own parents."""
+
+_ARTICLES: Final = frozenset({"a", "an"})
+_COPULAS: Final = frozenset({"is", "are", "was", "were", "be", "been", "become", "became"})
+
+
 def asked_relations(query: str, extra: Iterable[str] = ()) -> frozenset[str]:
-    """The relation groups a question asks about: its relation words and cues, plus ``extra``."""
+    """The relation groups a question asks about: its relation words and cues, plus ``extra``.
+
+    A parent's word said as what the person is ("Is Jonas a mum or dad?", "Is the
+    user a parent?": after a form of "be" and "a"/"an") asks whether they have
+    children (:data:`_ROLE_OF`), not about their own parents; "Jonas's mum" and
+    "Does the user have a sister?" ask as before.
+    """
     cues = _cues()
+    table = _words()
     out: set[str] = set(extra)
-    for term in index_terms(query).split():
-        out |= cues.get(term, frozenset())
+    copula = role = False
+    previous = ""
+    for word in _WORD.findall(query):
+        lowered = word.casefold()
+        terms = index_terms(word).split()
+        group = next((table[t] for t in terms if t in table), None)
+        as_role = (
+            copula and group in _ROLE_OF and (previous in _ARTICLES or (previous == "or" and role))
+        )
+        if as_role:
+            out.add(_ROLE_OF[str(group)])
+        else:
+            for term in terms:
+                out |= cues.get(term, frozenset())
+        copula = copula or lowered in _COPULAS
+        role = as_role or (role and lowered == "or")
+        previous = lowered
     return frozenset(out)
 
 
