@@ -100,11 +100,12 @@ CHANGE_WORDS: Final = (
 FEATURES: Final = ("cosine", "attribute", "change", "dice", "overlap", "novel")
 """The names of :class:`PairFeatures`' fields, in :data:`WEIGHTS` order."""
 
-WEIGHTS: Final[tuple[float, ...]] = (-9.98, 4.13, 7.1, 1.35, 3.25, 3.13, 1.63)
+WEIGHTS: Final[tuple[float, ...]] = (-10.57, 2.21, 5.42, 1.52, 3.03, 2.27, 3.4)
 """The logistic model: a bias, then one weight per :data:`FEATURES` entry.
 
 Fitted with ``python -m engramdb_bench.derived_links --fit`` (L2-regularised
-logistic regression on the fitting half of the knowledge-update facts)."""
+logistic regression on the fitting half of the knowledge-update facts), with the
+``attributes_v3`` classifier's probabilities as the ``attribute`` feature."""
 
 
 @dataclass(frozen=True)
