@@ -584,3 +584,19 @@ def test_a_reply_of_one_word_does_not_state_what_holds_now(mem: Memory) -> None:
     for question in ("Who is Nadia dating?", "Who is Nadia's partner these days?"):
         hits = mem.search(question, user_id="pair")["results"]
         assert hits[0]["memory"].startswith("Okay don't laugh"), [h["memory"] for h in hits]
+
+
+def test_a_short_fact_that_names_its_subject_states_what_holds_now(mem: Memory) -> None:
+    # "Bram is vegan." has one content word past the speaker's name, but the name opens
+    # it as its subject: it is a statement, and the latest one of the diet attribute.
+    _say_each(
+        mem,
+        "facts",
+        [
+            ("2024-01-05", "Bram", "Bram is vegetarian."),
+            ("2024-06-10", "Bram", "Bram is vegan."),
+        ],
+    )
+    hits = mem.search("Is Bram vegetarian these days?", user_id="facts", explain=True)["results"]
+    assert hits[0]["memory"] == "Bram is vegan.", [h["memory"] for h in hits]
+    assert hits[0]["score_details"]["latest_of"] == ["@diet"]

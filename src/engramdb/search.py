@@ -657,10 +657,16 @@ def chatter_factors(candidates: Sequence[Candidate], factor: float) -> list[floa
     if factor >= 1.0:
         return [1.0] * len(candidates)
     chatter = _chatter_terms()
+    names = _speaker_words(candidates)
+    return [factor if _own_terms(c.row.text) - names <= chatter else 1.0 for c in candidates]
+
+
+def _speaker_words(candidates: Sequence[Candidate]) -> frozenset[str]:
+    """The keyword terms of the candidates' speakers' names (``actor_id``)."""
     names: set[str] = set()
     for actor in {c.row.actor_id for c in candidates if c.row.actor_id}:
         names |= _own_terms(actor)
-    return [factor if _own_terms(c.row.text) - names <= chatter else 1.0 for c in candidates]
+    return frozenset(names)
 
 
 def other_subject_factors(
@@ -1095,9 +1101,7 @@ def _stating(candidates: Sequence[Candidate]) -> list[bool]:
     loving it!"), holds one content word or none.
     """
     chatter = _chatter_terms()
-    names: set[str] = set()
-    for actor in {c.row.actor_id for c in candidates if c.row.actor_id}:
-        names |= _own_terms(actor)
+    names = _speaker_words(candidates)
     # A fact that opens with its subject ("Bram is vegan.") names whom it is about: the
     # name counts as a word of it there, where a greeting's ("Tariq! Finally ...") does not.
     return [
