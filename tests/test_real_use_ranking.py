@@ -600,3 +600,25 @@ def test_a_short_fact_that_names_its_subject_states_what_holds_now(mem: Memory) 
     hits = mem.search("Is Bram vegetarian these days?", user_id="facts", explain=True)["results"]
     assert hits[0]["memory"] == "Bram is vegan.", [h["memory"] for h in hits]
     assert hits[0]["score_details"]["latest_of"] == ["@diet"]
+
+
+def test_a_new_occupation_does_not_answer_which_company(mem: Memory) -> None:
+    # Work is one attribute (@job) with two sides that change on their own: Signe
+    # joined a hotel group, then qualified as a vet there. The latest work statement
+    # says her occupation; "Which company ...?" asks for the employer
+    # (nlp/facets.py), and "What does she do for a living?" for the occupation.
+    _say_each(
+        mem,
+        "work",
+        [
+            ("2023-02-01", "Signe", "Signe works as an architect."),
+            ("2023-03-10", "Signe", "Signe joined Harbourside Hotels in March."),
+            ("2023-11-20", "Signe", "Signe changed jobs from architect to veterinarian."),
+        ],
+    )
+    for question, answer in (
+        ("Which company does Signe work for now?", "Signe joined Harbourside"),
+        ("What does Signe do for a living these days?", "Signe changed jobs"),
+    ):
+        hits = mem.search(question, user_id="work", explain=True)["results"]
+        assert hits[0]["memory"].startswith(answer), [h["memory"] for h in hits]

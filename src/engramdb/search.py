@@ -38,12 +38,16 @@ from engramdb.nlp import (
     normalize_entity,
     query_terms,
 )
+from engramdb.nlp.facets import EMPLOYER, said_work_facets
 from engramdb.nlp.stopwords import STOP_WORDS
 from engramdb.nlp.subjects import asked_relations, opening_name, opening_relation
 from engramdb.nlp.terms import ATTRIBUTE_PREFIX
 from engramdb.nlp.vocative import without_vocatives
 from engramdb.rerank import RerankConfig
 from engramdb.rewrite import QueryRewriteConfig
+
+WORK: Final = ATTRIBUTE_PREFIX + "job"
+"""The attribute term of work (employer and occupation: :mod:`engramdb.nlp.facets`)."""
 
 __all__ = [
     "DENSE_ONLY",
@@ -1125,6 +1129,19 @@ def _about_named(row: MemoryRow, names: frozenset[str]) -> bool:
     return opening_name(without_vocatives(row.text), possessor=True) in names
 
 
+def _on_side(holders: list[Candidate], facet: str) -> list[Candidate]:
+    """The work holders that may answer a question about ``facet`` of someone's work.
+
+    An employer is always named: the holders that name one, when some do. An
+    occupation is a common noun, often only implied ("ward rounds at 7am"): every
+    holder but those that say only an employer.
+    """
+    said = [said_work_facets(c.row.text) for c in holders]
+    if facet == EMPLOYER:
+        return [c for c, s in zip(holders, said, strict=True) if EMPLOYER in s] or holders
+    return [c for c, s in zip(holders, said, strict=True) if s != {EMPLOYER}]
+
+
 def latest_of_attribute(
     hits: list[Hit],
     holders: Sequence[Candidate],
@@ -1135,6 +1152,7 @@ def latest_of_attribute(
     owners: frozenset[str] = frozenset(),
     before: frozenset[str] = frozenset(),
     topic: frozenset[str] = frozenset(),
+    work_facet: str | None = None,
 ) -> list[Hit]:
     """``hits`` with the latest statement of the asked attribute first (what holds now).
 
@@ -1168,6 +1186,11 @@ def latest_of_attribute(
     Kai's cat do all day?": "My cat sleeps all day ..." against "At night
     Mruczek hunts moths"), the question is about something said, not about
     which value holds, and nothing moves.
+
+    ``work_facet`` (:func:`engramdb.nlp.facets.asked_work_facet`): a question about
+    work that asks for the employer or the occupation: a work holder that says only
+    the other side (:func:`~engramdb.nlp.facets.said_work_facets`) does not count,
+    so a newer change of occupation does not answer "Which company ...?".
     """
     if not hits or not holders or _in_chain(hits[0].row):
         return hits  # links already say which version holds (rank_superseded)
@@ -1189,6 +1212,8 @@ def latest_of_attribute(
         if not named and speaker:
             return hits
         mine = named or mine
+    if work_facet is not None and WORK in asked:
+        mine = _on_side(mine, work_facet)
     if not mine:
         return hits
     latest = max(mine, key=lambda c: (when(c.row), c.semantic, c.row.id))

@@ -62,6 +62,7 @@ from engramdb.flows.shared import (
     message_item,
     record_of,
 )
+from engramdb.nlp.facets import asked_work_facet
 from engramdb.nlp.querytime import (
     Period,
     asks_collection,
@@ -510,6 +511,7 @@ class ReadFlows(FlowState):
             owners=owners,
             before=before_what(text),
             topic=topic,
+            work_facet=asked_work_facet(text),
         )
 
     def _newer_first(self, hits: list[Hit]) -> Flow[list[Hit]]:

@@ -1,0 +1,51 @@
+"""The two sides of work: what a question asks for and what a statement says (nlp/facets.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engramdb.nlp.facets import asked_work_facet, said_work_facets
+
+
+@pytest.mark.parametrize(
+    ("question", "facet"),
+    [
+        ("Where is Talia employed?", "employer"),
+        ("Which company does Signe work for?", "employer"),
+        ("Who is Henrik's employer now?", "employer"),
+        ("Where did Aiko work before Vesta Robotics?", "employer"),
+        ("where does the user work these days", "employer"),
+        ("What does Chiara do for a living?", "occupation"),
+        ("What did Colette use to work as?", "occupation"),
+        ("What did Callum do before becoming a primary school teacher?", "occupation"),
+        ("What's the user's profession?", "occupation"),
+        # Neither side, or both: the lever keeps every work statement.
+        ("What is Sam's job?", None),
+        ("Where does Sam live?", None),
+        ("Which company does Sam work for, and what does he do for a living?", None),
+    ],
+)
+def test_the_side_of_work_a_question_asks(question: str, facet: str | None) -> None:
+    assert asked_work_facet(question) == facet
+
+
+@pytest.mark.parametrize(
+    ("text", "facets"),
+    [
+        ("Henrik left Quillfeather Press for Kestrel Aviation.", {"employer"}),
+        ("I'm starting at Foxglove Foods on Monday.", {"employer"}),
+        ("The canteen at Larkspur Analytics has improved.", {"employer"}),
+        ("Niall is employed by Tidewater Logistics.", {"employer"}),
+        ("Signe works as a veterinarian.", {"occupation"}),
+        ("Callum became a primary school teacher in August 2023.", {"occupation"}),
+        ("Lena changed jobs from air traffic controller to sous chef.", {"occupation"}),
+        ("I'm a nurse now, finally qualified.", {"occupation"}),
+        ("Ana works as a nurse at St Mary's.", {"employer", "occupation"}),
+        # A month or a weekday after "in"/"on"/"from" is not an employer.
+        ("Started the new role in March, from Monday to Friday.", set()),
+        ("Night shifts on the ward are brutal this month.", set()),
+        ("That's a lot of meetings.", set()),
+    ],
+)
+def test_the_sides_of_work_a_statement_says(text: str, facets: set[str]) -> None:
+    assert set(said_work_facets(text)) == facets
