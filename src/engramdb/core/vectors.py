@@ -58,7 +58,7 @@ _Mask = npt.NDArray[np.bool_]
 DEFAULT_EXACT_THRESHOLD: Final = 20_000
 """Live rows at which search switches from the exact scan to the prefilter."""
 
-DEFAULT_OVERSAMPLE: Final = 100
+DEFAULT_OVERSAMPLE: Final = 50
 """Re-score pool per requested result (``k * oversample``)."""
 
 DEFAULT_MIN_POOL: Final = 1_600
