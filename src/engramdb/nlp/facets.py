@@ -45,9 +45,13 @@ OCCUPATION: Final[WorkFacet] = "occupation"
 
 _ASKS_EMPLOYER = re.compile(
     r"\b(?:employer|employed|employs|company|companies|firm|organi[sz]ation|workplace"
-    r"|work(?:s|ed|ing)?\s+(?:for|at)|where\b[^?]*\bwork(?:s|ed|ing)?\b|who\b[^?]*\bwork(?:s|ed|ing)?\s+for)",
+    r"|work(?:s|ed|ing)?\s+(?:for|at))\b",
     re.IGNORECASE,
 )
+# "Where does Talia work?": "where", then a form of "work" later in the same question
+# (two searches, not one pattern with a gap: linear on any input).
+_WHERE = re.compile(r"\bwhere\b", re.IGNORECASE)
+_WORK = re.compile(r"\bwork(?:s|ed|ing)?\b", re.IGNORECASE)
 _ASKS_OCCUPATION = re.compile(
     r"\b(?:occupation|profession|job\s+title|trade|career"
     r"|work(?:s|ed|ing)?\s+as|do(?:es)?\s+for\s+(?:a\s+living|work|money)"
@@ -94,9 +98,18 @@ _SAYS_OCCUPATION = re.compile(
 )
 
 
+def _where_work(question: str) -> bool:
+    """Whether a "where" is followed by a form of "work" in the same question."""
+    where = _WHERE.search(question)
+    if where is None:
+        return False
+    work = _WORK.search(question, where.end())
+    return work is not None and "?" not in question[where.end() : work.start()]
+
+
 def asked_work_facet(question: str) -> WorkFacet | None:
     """The side of someone's work ``question`` asks about, or None (both, or neither)."""
-    employer = _ASKS_EMPLOYER.search(question) is not None
+    employer = _ASKS_EMPLOYER.search(question) is not None or _where_work(question)
     occupation = _ASKS_OCCUPATION.search(question) is not None
     if employer == occupation:
         return None
