@@ -47,6 +47,9 @@ def test_the_side_of_work_a_question_asks(question: str, facet: str | None) -> N
         ("Started the new role in March, from Monday to Friday.", set()),
         ("Night shifts on the ward are brutal this month.", set()),
         ("That's a lot of meetings.", set()),
+        # A person after "with" or "to" is not an employer.
+        ("Had a long meeting with Sam about the rota.", set()),
+        ("Handed the project over to Priya before my leave.", set()),
     ],
 )
 def test_the_sides_of_work_a_statement_says(text: str, facets: set[str]) -> None:

@@ -63,7 +63,7 @@ _ASKS_OCCUPATION = re.compile(
 # "joined Kestrel Aviation", "left Quillfeather Press for ...", "employed by ...".
 _NAMES_EMPLOYER = re.compile(
     r"\b(?:at|for|joined|join|joining|left|leave|leaving|quit|by|from|to|with)\s+"
-    r"(?:the\s+)?(?:[A-Z][\w&'\-]*|[A-Z]{2,})(?:\s+(?:&\s+)?[A-Z][\w&'\-]*)*"
+    r"(?:the\s+)?(?P<name>(?P<first>[A-Z][\w&'\-]*)(?:\s+(?:&\s+)?[A-Z][\w&'\-]*)*)"
 )
 _MONTHS = frozenset(
     [
@@ -127,15 +127,31 @@ def _names_organisation(text: str) -> bool:
     where an occupation is a common noun; "I", a first name ("Hi Bram"), a month,
     a weekday or a title do not count.
     """
-    for m in _INNER_CAPITAL.finditer(text):
-        word = m.group(0).strip("'\u2019").casefold()
-        word = word.removesuffix("'s")
-        if word in ("i", "i'm", "i've", "i'd", "i'll") or word in _MONTHS:
-            continue
-        if word in FIRST_NAMES or word in TITLES:
-            continue
-        return True
-    return False
+    return any(not _not_a_name(m.group(0)) for m in _INNER_CAPITAL.finditer(text))
+
+
+def _employer_run(m: re.Match[str]) -> bool:
+    """Whether the capitalised words after "at", "joined", ... name an employer.
+
+    Two words or more, the first not a first name ("St Mary's", "Kestrel
+    Aviation"; not "Sam Jones"), or one word that is no person's, title, month
+    or weekday ("at Google"; not "with Sam", "in March").
+    """
+    first = m["first"]
+    if len(m["name"].split()) >= 2:
+        return first.strip("'\u2019").casefold().removesuffix("'s") not in FIRST_NAMES
+    return not _not_a_name(first)
+
+
+def _not_a_name(word: str) -> bool:
+    """Whether a capitalised word is "I", a first name, a title, a month or a weekday."""
+    word = word.strip("'\u2019").casefold().removesuffix("'s")
+    return (
+        word in ("i", "i'm", "i've", "i'd", "i'll")
+        or word in _MONTHS
+        or word in FIRST_NAMES
+        or word in TITLES
+    )
 
 
 def said_work_facets(text: str) -> frozenset[WorkFacet]:
@@ -148,12 +164,7 @@ def said_work_facets(text: str) -> frozenset[WorkFacet]:
     """
     text = without_vocatives(text)  # "Hi Bram, ..." names whom it talks to
     out: set[WorkFacet] = set()
-    for m in _NAMES_EMPLOYER.finditer(text):
-        name = m.group(0).split()[-1].strip(".,!?;:'\"").casefold()
-        if name not in _MONTHS:
-            out.add(EMPLOYER)
-            break
-    if EMPLOYER not in out and _names_organisation(text):
+    if any(_employer_run(m) for m in _NAMES_EMPLOYER.finditer(text)) or _names_organisation(text):
         out.add(EMPLOYER)
     if _SAYS_OCCUPATION.search(text):
         out.add(OCCUPATION)
