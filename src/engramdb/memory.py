@@ -29,6 +29,8 @@ from engramdb.errors import EmbedderMismatchError
 from engramdb.maintain import MaintenanceReport, maintain
 from engramdb.memory_async import AsyncMemory
 from engramdb.reembed import DEFAULT_BATCH_SIZE, ProgressCallback, ReembedReport, reembed_flow
+from engramdb.retag import DEFAULT_BATCH_SIZE as RETAG_BATCH
+from engramdb.retag import RetagReport, reindex_attributes_flow
 from engramdb.stores.base import KEEP
 from engramdb.stores.kernel.rebind import REEMBED_HINT
 from engramdb.stores.routing import replica_reads
@@ -356,6 +358,26 @@ class Memory(BaseMemory):
                     progress=progress,
                 )
             )
+        return report
+
+    def reindex_attributes(
+        self, *, batch_size: int = RETAG_BATCH, dry_run: bool = False
+    ) -> RetagReport:
+        """Read every stored memory's attribute terms again with the shipped classifier.
+
+        Run it once after upgrading engramdb to a release with a retrained
+        classifier (``engramdb.attributes.VERSION``): memories stored before keep
+        the old classifier's reading until then. No embedding: each memory's
+        stored vector is read again, ``batch_size`` at a time, and its attribute
+        terms rewritten where they differ, one transaction a page (stopping
+        half-way leaves every memory valid: run it again to finish). A memory
+        written meanwhile keeps its own terms. ``dry_run=True`` counts and writes
+        nothing. See :mod:`engramdb.retag`.
+        """
+        self._whole_store("reindex_attributes()")
+        report: RetagReport = self._run(
+            reindex_attributes_flow(self.config.retrieval, batch_size=batch_size, dry_run=dry_run)
+        )
         return report
 
     def source_messages(self, memory_id: str) -> list[dict[str, Any]]:

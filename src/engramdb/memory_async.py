@@ -27,6 +27,8 @@ from engramdb._engine import (
 from engramdb._face import BaseMemory, scope_ids, text_or_data
 from engramdb.core.access import Access
 from engramdb.reembed import DEFAULT_BATCH_SIZE, ProgressCallback, ReembedReport, reembed_flow
+from engramdb.retag import DEFAULT_BATCH_SIZE as RETAG_BATCH
+from engramdb.retag import RetagReport, reindex_attributes_flow
 from engramdb.stores.base import KEEP, AsyncStore
 from engramdb.stores.routing import replica_reads
 
@@ -397,6 +399,16 @@ class AsyncMemory(BaseMemory):
                     progress=progress,
                 )
             )
+        return report
+
+    async def reindex_attributes(
+        self, *, batch_size: int = RETAG_BATCH, dry_run: bool = False
+    ) -> RetagReport:
+        """See :meth:`Memory.reindex_attributes`; the store calls leave the loop free."""
+        self._whole_store("reindex_attributes()")
+        report: RetagReport = await self._run(
+            reindex_attributes_flow(self.config.retrieval, batch_size=batch_size, dry_run=dry_run)
+        )
         return report
 
     async def export(self, batch: int = 256) -> AsyncIterator[dict[str, Any]]:

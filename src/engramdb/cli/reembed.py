@@ -17,6 +17,7 @@ from engramdb.cli._app import JsonOut, _api_default, _call, _note, _print_json, 
 from engramdb.cli.maintain import _progress
 from engramdb.memory import Memory
 from engramdb.reembed import ReembedReport
+from engramdb.retag import RetagReport
 
 _PHASE_LABELS = {
     "embed": "Embedding",
@@ -104,3 +105,53 @@ def _print_report(report: ReembedReport) -> None:
                 f"{report.caught_up} memories written meanwhile were embedded again "
                 f"({report.rounds} attempts to swap)."
             )
+
+
+@app.command("reindex-attributes")
+def reindex_attributes_cmd(
+    ctx: typer.Context,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Count what would change; change nothing."),
+    ] = False,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size",
+            min=1,
+            metavar="N",
+            help="Memories read, and changes written in one transaction, per batch.",
+        ),
+    ] = _api_default(Memory.reindex_attributes, "batch_size"),
+    json_out: JsonOut = False,
+) -> None:
+    """Read every memory's attribute terms again with this release's classifier.
+
+    A memory's attribute terms (@home, @vehicle, ...) are read from its vector
+    by the classifier engramdb ships, when it is stored. After upgrading to a
+    release with a retrained classifier, run this once: memories stored before
+    keep the old reading until then. No embedding: the stored vectors are read
+    again. Each batch is one transaction; stopping half-way leaves every memory
+    valid (run it again to finish), and a memory written meanwhile keeps its
+    own terms.
+    """
+
+    def run(m: Memory) -> RetagReport:
+        return m.reindex_attributes(batch_size=batch_size, dry_run=dry_run)
+
+    report = _call(ctx, run)
+    if json_out:
+        _print_json(report.to_dict())
+        return
+    if report.reason is not None:
+        _say(f"Nothing to do: {report.reason}.")
+        return
+    verb = "Would rewrite" if report.dry_run else "Rewrote"
+    _say(
+        f"{verb} the attribute terms of {report.changed} of {report.read} memories "
+        f"(deleted ones included) with the classifier {report.classifier}."
+    )
+    if report.skipped:
+        _say(f"{report.skipped} memories written meanwhile kept their own terms.")
+    if report.dry_run:
+        _note("Dry run: nothing was changed.")

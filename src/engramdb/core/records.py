@@ -39,6 +39,8 @@ __all__ = [
     "Scope",
     "ScopeCounts",
     "ScopeKind",
+    "TermChange",
+    "TermSource",
     "TermStats",
     "visible_scope",
 ]
@@ -434,6 +436,28 @@ class EmbeddingSource:
     text: str
     actor_id: str | None
     """The speaker, embedded before the text when ``retrieval.embed_actor`` is on."""
+
+
+@dataclass(frozen=True)
+class TermSource:
+    """One stored memory's keyword terms and vector, for ``Store.term_sources``.
+
+    ``key`` is the store's internal row key, as :class:`EmbeddingSource`'s;
+    ``vector`` is ``None`` for a memory stored without one.
+    """
+
+    key: int
+    terms: str
+    vector: Any
+
+
+@dataclass(frozen=True)
+class TermChange:
+    """New keyword terms for one memory (``Store.retag``): applied only over ``old``."""
+
+    key: int
+    old: str
+    new: str
 
 
 @dataclass

@@ -33,6 +33,8 @@ from engramdb.core.records import (
     RestorePlan,
     Scope,
     ScopeCounts,
+    TermChange,
+    TermSource,
     visible_scope,
 )
 from engramdb.stores.kernel.erasure import ErasurePlan
@@ -56,6 +58,8 @@ __all__ = [
     "Scope",
     "ScopeCounts",
     "Store",
+    "TermChange",
+    "TermSource",
     "visible_scope",
 ]
 
@@ -85,6 +89,25 @@ class Store(Protocol):
         Every memory of the store: deleted ones too (an undelete keeps the
         vector), of every user, agent and run. A re-embedding pages through
         the store with the last key of each page; each page is its own read.
+        """
+        ...
+
+    def term_sources(self, after: int, limit: int) -> list[TermSource]:
+        """Up to ``limit`` memories with ``key > after``, in key order: their terms and vector.
+
+        Every memory of the store, deleted ones too, as :meth:`embedding_sources`
+        pages; what re-reading the attribute terms (``Memory.reindex_attributes``)
+        reads. Each page is its own read.
+        """
+        ...
+
+    def retag(self, changes: Sequence[TermChange]) -> int:
+        """Give memories new keyword terms, in one transaction; returns how many changed.
+
+        A change applies only where the memory's terms are still ``old`` (a
+        write since the caller read them wrote terms of its own, which stay).
+        The keyword index follows in the same transaction, and every process's
+        caches see the rows changed.
         """
         ...
 
@@ -496,6 +519,14 @@ class AsyncStore(Protocol):
 
     async def embedding_sources(self, after: int, limit: int) -> list[EmbeddingSource]:
         """See :meth:`Store.embedding_sources`."""
+        ...
+
+    async def term_sources(self, after: int, limit: int) -> list[TermSource]:
+        """See :meth:`Store.term_sources`."""
+        ...
+
+    async def retag(self, changes: Sequence[TermChange]) -> int:
+        """See :meth:`Store.retag`."""
         ...
 
     async def rebind_embedder(

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import psycopg.errors as pg_errors
 
-from engramdb.stores.base import EmbeddingSource, Rebinding
+from engramdb.stores.base import EmbeddingSource, Rebinding, TermChange
 from engramdb.stores.kernel.imports import ImportedMemory, clash_error, imported, repeat_error
 from engramdb.stores.kernel.rebind import checked_vectors, moved_error, stale_keys
 from engramdb.stores.postgres._sql import (
@@ -108,6 +108,28 @@ class _BulkFlows(_WriteBase):
                     fetch="none",
                 )
         return len(rows)
+
+    def retag(self, changes: Sequence[TermChange]) -> Tx[int]:
+        """New terms where they are still the old ones, in one transaction; returns how many.
+
+        The keyword tables follow by their triggers (a row's terms changed),
+        and the ``txid`` stamp makes every process's keyword cache re-read it.
+        """
+        changed = 0
+        for chunk in _chunks(list(changes), _REBIND_BATCH):
+            count = yield _Q(
+                f"UPDATE {self.t('memories')} m SET terms = u.new, txid = pg_current_xact_id() "
+                "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS u(rowid, old, new) "
+                "WHERE m.rowid = u.rowid AND m.terms = u.old",
+                (
+                    [c.key for c in chunk],
+                    [c.old for c in chunk],
+                    [c.new for c in chunk],
+                ),
+                fetch="rowcount",
+            )
+            changed += int(count)
+        return changed
 
     def rebind_embedder(
         self,

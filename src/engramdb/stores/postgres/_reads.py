@@ -20,6 +20,7 @@ from engramdb.stores.base import (
     NewMessage,
     Scope,
     ScopeCounts,
+    TermSource,
 )
 from engramdb.stores.kernel.candidates import Pool, narrowed
 from engramdb.stores.kernel.rebind import mismatch_error
@@ -214,6 +215,20 @@ class _ReadFlows(_FlowBase):
             (after, limit),
         )
         return [EmbeddingSource(int(r[0]), r[1], r[2]) for r in rows]
+
+    def term_sources(self, after: int, limit: int) -> Tx[list[TermSource]]:
+        """Up to ``limit`` memories with ``rowid > after``: their terms and vector (one read)."""
+        rows = yield _Q(
+            f"SELECT rowid, terms, embedding FROM {self.t('memories')} WHERE rowid > %s "
+            "ORDER BY rowid LIMIT %s",
+            (after, limit),
+        )
+        return [
+            TermSource(
+                int(r[0]), r[1], None if r[2] is None else np.asarray(r[2], dtype=np.float32)
+            )
+            for r in rows
+        ]
 
     def visible_ids(self, scope: Scope, memory_ids: Sequence[str]) -> Tx[set[str]]:
         """Which of ``memory_ids`` are memories ``scope`` sees (deleted ones included)."""

@@ -154,6 +154,8 @@ class _Operations:
     bound_embedder = _Op(_Flows.read_binding, "single")
     change_mark = _Op(_Flows.change_mark, "single")
     embedding_sources = _Op(_Flows.embedding_sources, "single")
+    term_sources = _Op(_Flows.term_sources, "single")
+    retag = _Op(_Flows.retag, "write")
     rebind_embedder = _Op(_Flows.rebind_embedder, "write")
     add = _Op(_Flows.add, "write")
     attach_session = _Op(_Flows.attach_session, "write")

@@ -28,6 +28,8 @@ from engramdb.stores.base import (
     MemoryRow,
     Rebinding,
     Scope,
+    TermChange,
+    TermSource,
 )
 from engramdb.stores.kernel.caches import DEFAULT_CACHE_BYTES, ScopeCache, ScopeCaches
 from engramdb.stores.kernel.rebind import (
@@ -542,6 +544,43 @@ class _Store:
                 (after, limit),
             ).fetchall()
         return [EmbeddingSource(int(r[0]), r[1], r[2]) for r in rows]
+
+    def term_sources(self, after: int, limit: int) -> list[TermSource]:
+        """Up to ``limit`` memories with ``rowid > after``: their terms and vector (one read)."""
+        with self._read() as con:
+            rows = con.execute(
+                "SELECT m.rowid, coalesce(f.terms, ''), v.embedding FROM memories m "
+                "LEFT JOIN memory_fts f ON f.rowid = m.rowid "
+                "LEFT JOIN memory_vectors v ON v.memory_rowid = m.rowid "
+                "WHERE m.rowid > ? ORDER BY m.rowid LIMIT ?",
+                (after, limit),
+            ).fetchall()
+        return [
+            TermSource(int(r[0]), r[1], None if r[2] is None else np.frombuffer(r[2], dtype=F32))
+            for r in rows
+        ]
+
+    def retag(self, changes: Sequence[TermChange]) -> int:
+        """New terms where they are still the old ones, in one write transaction.
+
+        The memory's ``seq`` moves with them, which notes it for the keyword
+        postings (``_keywords.sync`` before the COMMIT) and makes every
+        process's cache re-read it.
+        """
+        if not changes:
+            return 0
+        with self._write() as con, self._translate():
+            seq = self._bump(con)
+            changed = 0
+            for change in changes:
+                cur = con.execute(
+                    "UPDATE memory_fts SET terms = ? WHERE rowid = ? AND terms = ?",
+                    (change.new, change.key, change.old),
+                )
+                if cur.rowcount:
+                    con.execute("UPDATE memories SET seq = ? WHERE rowid = ?", (seq, change.key))
+                    changed += 1
+            return changed
 
     def rebind_embedder(
         self,
