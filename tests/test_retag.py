@@ -140,3 +140,56 @@ def test_async_and_cli(tmp_path: Path, embedder: LocalEmbedder) -> None:
     assert json.loads(done.stdout)["changed"] == would
     again = runner.invoke(app, ["--db", str(path), "reindex-attributes"])
     assert "Rewrote the attribute terms of 0 of 3 memories" in again.stdout
+
+
+def test_the_store_records_whose_reading_its_terms_hold(
+    mem: Memory, embedder: LocalEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    from engramdb.attributes import VERSION
+
+    # A new store records this release's classifier with its first memory.
+    assert mem.store.attribute_terms_version() is None
+    _fill(mem)
+    assert mem.store.attribute_terms_version() == VERSION
+
+    # A store from before the record (or another classifier's): a warning on first use.
+    _age(mem)
+    mem.store.record_attribute_terms_version("attributes_v0")
+    config = {"vector_store": mem.config.vector_store.model_dump()}
+    with (
+        caplog.at_level("WARNING", logger="engramdb"),
+        Memory(config=config, embedder=embedder) as other,
+    ):
+        other.search("car", user_id="u")
+        other.search("cat", user_id="u")
+    said = [r.getMessage() for r in caplog.records if "reindex-attributes" in r.getMessage()]
+    assert len(said) == 1 and "attributes_v0" in said[0], said
+
+    mem.reindex_attributes(dry_run=True)
+    assert mem.store.attribute_terms_version() == "attributes_v0"  # a dry run records nothing
+    mem.reindex_attributes()
+    assert mem.store.attribute_terms_version() == VERSION
+    caplog.clear()
+    with (
+        caplog.at_level("WARNING", logger="engramdb"),
+        Memory(config=config, embedder=embedder) as other,
+    ):
+        other.search("car", user_id="u")
+    assert not [r for r in caplog.records if "reindex-attributes" in r.getMessage()]
+
+
+def test_an_import_forgets_whose_reading_the_terms_hold(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    dump = tmp_path / "export.jsonl"
+    with Memory(tmp_path / "a.db", embedder=embedder) as m:
+        _fill(m)
+        with dump.open("w", encoding="utf-8") as fp:
+            m.export_jsonl(fp)
+    with Memory(tmp_path / "b.db", embedder=embedder) as b:
+        with dump.open(encoding="utf-8") as fp:
+            assert b.import_jsonl(fp) == 3
+        # The imported terms are the exporting store's classifier's reading: unknown here.
+        assert b.store.attribute_terms_version() is None
+        assert b.reindex_attributes().read == 3
+        assert b.store.attribute_terms_version() is not None

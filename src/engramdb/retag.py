@@ -113,4 +113,6 @@ def reindex_attributes_flow(
             report.changed += len(changes)
         if progress is not None:
             progress(report.read, report.changed)
+    if not dry_run:
+        yield from store_call(Store.record_attribute_terms_version, VERSION)
     return report

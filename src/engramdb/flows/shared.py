@@ -14,13 +14,14 @@ flow module (they all build on this one).
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
 from engramdb._engine import Emit, Flow, store_call
-from engramdb.attributes import FITTED_FOR, AttributeModel
+from engramdb.attributes import FITTED_FOR, VERSION, AttributeModel
 from engramdb.config import EngramConfig, ExtractionConfig
 from engramdb.core.access import FULL_ACCESS, Access, Holding, holding
 from engramdb.core.filters import CORE_FIELDS
@@ -50,6 +51,8 @@ _ITEM_FIELDS = (
     "observed_at",
     "expires_at",
 )
+
+log = logging.getLogger("engramdb")
 
 
 def expiration_date(expires_at: str) -> str:
@@ -244,6 +247,32 @@ class FlowState:
         if not self._bound:
             yield from store_call(Store.bind_embedder, self.embedder_model, self.embedder_dim)
             self._bound = True
+            yield from self._check_attribute_terms()
+
+    def _check_attribute_terms(self) -> Flow[None]:
+        """Say once when the stored attribute terms are another classifier's reading.
+
+        An empty store records this release's classifier; a store whose record
+        is another one's, or that has none (written before the record existed,
+        or imported), gets a warning naming ``engram reindex-attributes``.
+        """
+        if not self.attributes_on:
+            return
+        recorded = yield from store_call(Store.attribute_terms_version)
+        if recorded == VERSION:
+            return
+        if recorded is None:
+            stored = yield from store_call(Store.count)
+            if stored == 0:
+                yield from store_call(Store.record_attribute_terms_version, VERSION)
+                return
+        log.warning(
+            "the stored attribute terms were read by %s; this release reads them with %s. "
+            "Run `engram reindex-attributes` (Memory.reindex_attributes()) once to read them "
+            "again: until then questions about a person's attributes may miss memories",
+            recorded or "an earlier classifier",
+            VERSION,
+        )
 
     @staticmethod
     def _attribute_model() -> AttributeModel:

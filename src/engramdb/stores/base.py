@@ -101,6 +101,18 @@ class Store(Protocol):
         """
         ...
 
+    def attribute_terms_version(self) -> str | None:
+        """The classifier whose reading the stored attribute terms hold (None: unknown).
+
+        Recorded by :meth:`record_attribute_terms_version`; an import forgets it
+        (the imported terms are of the exporting store's classifier).
+        """
+        ...
+
+    def record_attribute_terms_version(self, version: str | None) -> None:
+        """Record which classifier's reading the stored attribute terms hold (None: forget)."""
+        ...
+
     def retag(self, changes: Sequence[TermChange]) -> int:
         """Give memories new keyword terms, in one transaction; returns how many changed.
 
@@ -523,6 +535,14 @@ class AsyncStore(Protocol):
 
     async def term_sources(self, after: int, limit: int) -> list[TermSource]:
         """See :meth:`Store.term_sources`."""
+        ...
+
+    async def attribute_terms_version(self) -> str | None:
+        """See :meth:`Store.attribute_terms_version`."""
+        ...
+
+    async def record_attribute_terms_version(self, version: str | None) -> None:
+        """See :meth:`Store.record_attribute_terms_version`."""
         ...
 
     async def retag(self, changes: Sequence[TermChange]) -> int:

@@ -34,6 +34,8 @@ class _BulkFlows(_WriteBase):
     def import_rows(self, rows: Sequence[dict[str, Any]]) -> Tx[int]:
         """Write exported rows back in one transaction; returns the count."""
         yield from self.guard_binding()
+        # The rows' attribute terms are the exporting store's classifier's reading.
+        yield _Q(f"DELETE FROM {self.t('meta')} WHERE key = 'attribute_terms'", fetch="none")
         ids = [r["id"] for r in rows]
         clash = yield _Q(f"SELECT id FROM {self.t('memories')} WHERE id = ANY(%s)", (ids,))
         if clash:
@@ -108,6 +110,16 @@ class _BulkFlows(_WriteBase):
                     fetch="none",
                 )
         return len(rows)
+
+    def record_attribute_terms_version(self, version: str | None) -> Tx[None]:
+        """Record (None: forget) which classifier's reading the attribute terms hold."""
+        yield _Q(f"DELETE FROM {self.t('meta')} WHERE key = 'attribute_terms'", fetch="none")
+        if version is not None:
+            yield _Q(
+                f"INSERT INTO {self.t('meta')} (key, value) VALUES ('attribute_terms', %s)",
+                (version,),
+                fetch="none",
+            )
 
     def retag(self, changes: Sequence[TermChange]) -> Tx[int]:
         """New terms where they are still the old ones, in one transaction; returns how many.

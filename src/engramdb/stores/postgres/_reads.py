@@ -216,6 +216,13 @@ class _ReadFlows(_FlowBase):
         )
         return [EmbeddingSource(int(r[0]), r[1], r[2]) for r in rows]
 
+    def attribute_terms_version(self) -> Tx[str | None]:
+        """The classifier whose reading the stored attribute terms hold (``meta``)."""
+        row = yield _Q(
+            f"SELECT value FROM {self.t('meta')} WHERE key = 'attribute_terms'", fetch="one"
+        )
+        return None if row is None else str(row[0])
+
     def term_sources(self, after: int, limit: int) -> Tx[list[TermSource]]:
         """Up to ``limit`` memories with ``rowid > after``: their terms and vector (one read)."""
         rows = yield _Q(

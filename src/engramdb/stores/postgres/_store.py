@@ -156,6 +156,8 @@ class _Operations:
     embedding_sources = _Op(_Flows.embedding_sources, "single")
     term_sources = _Op(_Flows.term_sources, "single")
     retag = _Op(_Flows.retag, "write")
+    attribute_terms_version = _Op(_Flows.attribute_terms_version, "single")
+    record_attribute_terms_version = _Op(_Flows.record_attribute_terms_version, "write")
     rebind_embedder = _Op(_Flows.rebind_embedder, "write")
     add = _Op(_Flows.add, "write")
     attach_session = _Op(_Flows.attach_session, "write")

@@ -560,6 +560,21 @@ class _Store:
             for r in rows
         ]
 
+    def attribute_terms_version(self) -> str | None:
+        """The classifier whose reading the stored attribute terms hold (``meta``)."""
+        with self._read() as con:
+            row = con.execute("SELECT value FROM meta WHERE key = 'attribute_terms'").fetchone()
+        return None if row is None else str(row[0])
+
+    def record_attribute_terms_version(self, version: str | None) -> None:
+        """Record (None: forget) which classifier's reading the attribute terms hold."""
+        with self._write() as con, self._translate():
+            con.execute("DELETE FROM meta WHERE key = 'attribute_terms'")
+            if version is not None:
+                con.execute(
+                    "INSERT INTO meta(key, value) VALUES ('attribute_terms', ?)", (version,)
+                )
+
     def retag(self, changes: Sequence[TermChange]) -> int:
         """New terms where they are still the old ones, in one write transaction.
 

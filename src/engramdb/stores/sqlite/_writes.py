@@ -583,6 +583,8 @@ class _Writes(_Store):
         with self._write() as con, self._translate():
             seq = self._bump(con)
             self._guard_binding(con)
+            # The rows' attribute terms are the exporting store's classifier's reading.
+            con.execute("DELETE FROM meta WHERE key = 'attribute_terms'")
             ids = [r["id"] for r in rows]
             clash = [
                 r[0]
