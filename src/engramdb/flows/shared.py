@@ -26,7 +26,13 @@ from engramdb.config import EngramConfig, ExtractionConfig
 from engramdb.core.access import FULL_ACCESS, Access, Holding, holding
 from engramdb.core.filters import CORE_FIELDS
 from engramdb.core.validate import check_id, parse_timestamp
-from engramdb.errors import AccessDeniedError, MemoryNotFoundError, ScopeError, ValidationError
+from engramdb.errors import (
+    AccessDeniedError,
+    MemoryNotFoundError,
+    ScopeError,
+    StoreError,
+    ValidationError,
+)
 from engramdb.extract import ChatMessage, additive_variant
 from engramdb.nlp import extract_entities
 from engramdb.rerank import LLMReranker, Reranker
@@ -264,7 +270,12 @@ class FlowState:
         if recorded is None:
             stored = yield from store_call(Store.count)
             if stored == 0:
-                yield from store_call(Store.record_attribute_terms_version, VERSION)
+                try:
+                    yield from store_call(Store.record_attribute_terms_version, VERSION)
+                except StoreError as exc:
+                    # Advisory: it never fails the call that embeds (the next one tries).
+                    log.debug("could not record the attribute classifier: %s", exc)
+                    self._bound = False
                 return
         log.warning(
             "the stored attribute terms were read by %s; this release reads them with %s. "

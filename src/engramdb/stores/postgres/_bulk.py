@@ -113,13 +113,16 @@ class _BulkFlows(_WriteBase):
 
     def record_attribute_terms_version(self, version: str | None) -> Tx[None]:
         """Record (None: forget) which classifier's reading the attribute terms hold."""
-        yield _Q(f"DELETE FROM {self.t('meta')} WHERE key = 'attribute_terms'", fetch="none")
-        if version is not None:
-            yield _Q(
-                f"INSERT INTO {self.t('meta')} (key, value) VALUES ('attribute_terms', %s)",
-                (version,),
-                fetch="none",
-            )
+        if version is None:
+            yield _Q(f"DELETE FROM {self.t('meta')} WHERE key = 'attribute_terms'", fetch="none")
+            return
+        # An upsert: processes opening one empty store at once may all record it.
+        yield _Q(
+            f"INSERT INTO {self.t('meta')} (key, value) VALUES ('attribute_terms', %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            (version,),
+            fetch="none",
+        )
 
     def retag(self, changes: Sequence[TermChange]) -> Tx[int]:
         """New terms where they are still the old ones, in one transaction; returns how many.

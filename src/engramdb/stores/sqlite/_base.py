@@ -569,10 +569,12 @@ class _Store:
     def record_attribute_terms_version(self, version: str | None) -> None:
         """Record (None: forget) which classifier's reading the attribute terms hold."""
         with self._write() as con, self._translate():
-            con.execute("DELETE FROM meta WHERE key = 'attribute_terms'")
-            if version is not None:
+            if version is None:
+                con.execute("DELETE FROM meta WHERE key = 'attribute_terms'")
+            else:
                 con.execute(
-                    "INSERT INTO meta(key, value) VALUES ('attribute_terms', ?)", (version,)
+                    "INSERT OR REPLACE INTO meta(key, value) VALUES ('attribute_terms', ?)",
+                    (version,),
                 )
 
     def retag(self, changes: Sequence[TermChange]) -> int:
