@@ -11,6 +11,7 @@ written since its terms were read keeps its own.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -126,8 +127,6 @@ def test_async_and_cli(tmp_path: Path, embedder: LocalEmbedder) -> None:
         async with AsyncMemory(path, embedder=embedder) as am:
             report = await am.reindex_attributes(dry_run=True)
             return report.changed
-
-    import asyncio
 
     would = asyncio.run(run())
     assert would > 0

@@ -25,7 +25,6 @@ again from its vector and, where they differ, written over the old ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -40,9 +39,6 @@ __all__ = ["DEFAULT_BATCH_SIZE", "RetagReport", "reindex_attributes_flow"]
 
 DEFAULT_BATCH_SIZE = 1000
 """Memories read, and changes written in one transaction, at a time."""
-
-ProgressCallback = Callable[[int, int], None]
-"""``progress(read, changed)`` after each page."""
 
 
 @dataclass
@@ -71,7 +67,6 @@ def reindex_attributes_flow(
     *,
     batch_size: int = DEFAULT_BATCH_SIZE,
     dry_run: bool = False,
-    progress: ProgressCallback | None = None,
 ) -> Flow[RetagReport]:
     """Read every memory's attribute terms again from its stored vector (see the module)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -111,8 +106,6 @@ def reindex_attributes_flow(
             report.skipped += len(changes) - done
         else:
             report.changed += len(changes)
-        if progress is not None:
-            progress(report.read, report.changed)
     if not dry_run:
         yield from store_call(Store.record_attribute_terms_version, VERSION)
     return report

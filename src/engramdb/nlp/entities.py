@@ -46,7 +46,7 @@ from engramdb.nlp._lemma import is_english_word, lemmatize
 from engramdb.nlp.stopwords import STOP_WORDS
 from engramdb.nlp.terms import CJK_CHARS, fold
 
-__all__ = ["Entity", "extract_entities", "normalize_entity"]
+__all__ = ["CALENDAR_WORDS", "Entity", "extract_entities", "normalize_entity"]
 
 PERSON = "PERSON"
 PLACE = "PLACE"
@@ -88,6 +88,11 @@ _HOLIDAYS = (
     "Valentine's Day|Mother's Day|Father's Day|Independence Day|Hanukkah|Diwali|Ramadan|"
     "Eid|Lunar New Year|Chinese New Year|Pride Month"
 )
+CALENDAR_WORDS: frozenset[str] = frozenset(
+    {*_MONTHS, *_WEEKDAYS, *(h.casefold() for h in _HOLIDAYS.split("|") if " " not in h)}
+)
+"""Month and weekday names (abbreviations too) and one-word holidays, lower case: a
+capitalised word that names a time, not a person or an organisation."""
 
 # Month names start with a capital here: lower-case "may" and "march" are
 # far more often a verb. Three-letter abbreviations need a day or year.

@@ -34,6 +34,7 @@ import re
 from typing import Final, Literal
 
 from engramdb.nlp._gazetteer import FIRST_NAMES, TITLES
+from engramdb.nlp.entities import CALENDAR_WORDS
 from engramdb.nlp.vocative import without_vocatives
 
 __all__ = ["EMPLOYER", "OCCUPATION", "asked_work_facet", "said_work_facets"]
@@ -64,31 +65,6 @@ _ASKS_OCCUPATION = re.compile(
 _NAMES_EMPLOYER = re.compile(
     r"\b(?:at|for|joined|join|joining|left|leave|leaving|quit|by|from|to|with)\s+"
     r"(?:the\s+)?(?P<name>(?P<first>[A-Z][\w&'\-]*)(?:\s+(?:&\s+)?[A-Z][\w&'\-]*)*)"
-)
-_MONTHS = frozenset(
-    [
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-        "monday",
-        "tuesday",
-        "wednesday",
-        "thursday",
-        "friday",
-        "saturday",
-        "sunday",
-        "christmas",
-        "easter",
-    ]
 )
 _SAYS_OCCUPATION = re.compile(
     r"\b(?:work(?:s|ed|ing)?\s+as|job\s+as|role\s+as|became|become|becoming"
@@ -137,20 +113,24 @@ def _employer_run(m: re.Match[str]) -> bool:
     Aviation"; not "Sam Jones"), or one word that is no person's, title, month
     or weekday ("at Google"; not "with Sam", "in March").
     """
-    first = m["first"]
     if len(m["name"].split()) >= 2:
-        return first.strip("'\u2019").casefold().removesuffix("'s") not in FIRST_NAMES
-    return not _not_a_name(first)
+        return _key(m["first"]) not in FIRST_NAMES
+    return not _not_a_name(m["first"])
+
+
+def _key(word: str) -> str:
+    """A capitalised word as the gazetteers spell it: lower case, no quotes or "'s"."""
+    return word.strip("'\u2019").casefold().removesuffix("'s")
 
 
 def _not_a_name(word: str) -> bool:
-    """Whether a capitalised word is "I", a first name, a title, a month or a weekday."""
-    word = word.strip("'\u2019").casefold().removesuffix("'s")
+    """Whether a capitalised word is "I", a first name, a title or a time (a month, ...)."""
+    key = _key(word)
     return (
-        word in ("i", "i'm", "i've", "i'd", "i'll")
-        or word in _MONTHS
-        or word in FIRST_NAMES
-        or word in TITLES
+        key in ("i", "i'm", "i've", "i'd", "i'll")
+        or key in CALENDAR_WORDS
+        or key in FIRST_NAMES
+        or key in TITLES
     )
 
 
