@@ -31,7 +31,7 @@ terms stay off.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -196,6 +196,30 @@ class AttributeModel:
     def asked(self, vector: npt.NDArray[np.float32], min_share: float) -> list[str]:
         """The attribute terms a question's vector asks about (``attribute_gate``)."""
         return self.leaning(vector, min_share)
+
+    def idiom_shares(self, names: Iterable[str]) -> npt.NDArray[np.float32] | None:
+        """Shares that say a question asks exactly the attributes its idioms name.
+
+        ``names`` are classifier names (``vehicle``, from
+        :func:`engramdb.nlp.idioms.idiom_attributes`); each gets a full share (1),
+        the others none, so each is asked whatever ``attribute_gate`` is and weighs
+        alike in :meth:`Asked.agreement`. ``None`` when none of them is one of this
+        classifier's attributes (the vector's reading stands).
+        """
+        wanted = {PREFIX + name for name in names}
+        hit = np.array([term in wanted for term in self.terms])
+        if not hit.any():
+            return None
+        out: npt.NDArray[np.float32] = hit.astype(np.float32)
+        return out
+
+    def terms_at(self, shares: npt.NDArray[np.float32], min_share: float) -> list[str]:
+        """The attribute terms of :meth:`shares`-like ``shares`` of at least ``min_share``."""
+        return [
+            term
+            for term, share in zip(self.terms, shares.tolist(), strict=True)
+            if share >= min_share
+        ]
 
     def shares(self, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """The probability of each of the classifier's attributes (``none`` left out).

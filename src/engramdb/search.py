@@ -324,6 +324,12 @@ class FusionConfig(BaseModel):
     (:func:`latest_of_attribute`). Costs one more candidate read for such
     questions. On verbatim turns with no links it is the only signal of which
     of several statements still holds (docs/retrieval.md)."""
+    attribute_idioms: bool = True
+    """Read the attribute a question asks from its idiom when it uses one
+    (:mod:`engramdb.nlp.idioms`: "get around in" asks about a vehicle, "keep fit"
+    about sport, "for a living" about work): the idiom's attributes replace what
+    the classifier reads from the question's vector (``attribute_gate``,
+    ``attribute_weight``). The small embedder reads words, not idioms."""
     present_alike_hits: int = Field(default=8, ge=2, le=50)
     """How many of the first hits the present-tense lever compares."""
     neighbour_hits: int = Field(default=2, ge=0, le=50)
@@ -447,6 +453,7 @@ _SIGNALS_ALONE: dict[str, Any] = {
     "attribute_gate": 0.0,
     "attribute_weight": 0.0,
     "attribute_currency": False,
+    "attribute_idioms": False,
     "other_subject_factor": 1.0,
     "owner_names": False,
 }

@@ -63,6 +63,7 @@ from engramdb.flows.shared import (
     record_of,
 )
 from engramdb.nlp.facets import asked_work_facet
+from engramdb.nlp.idioms import idiom_attributes
 from engramdb.nlp.querytime import (
     Period,
     asks_collection,
@@ -609,10 +610,15 @@ class ReadFlows(FlowState):
         if not self.attributes_on or len(query.split()) < 2:
             return plan
         model = self._attribute_model()
+        # An idiom says what the vector misses ("get around in" asks about a vehicle,
+        # nlp/idioms.py): the attributes it names replace the vector's reading.
+        shares = model.idiom_shares(idiom_attributes(query)) if cfg.attribute_idioms else None
+        if shares is None:
+            shares = model.shares(vec)
         if cfg.attribute_weight > 0:
-            plan = replace(plan, attributes=Asked(model, model.shares(vec)))
+            plan = replace(plan, attributes=Asked(model, shares))
         if cfg.bm25_weight > 0:
-            attrs = model.asked(vec, cfg.attribute_gate)
+            attrs = model.terms_at(shares, cfg.attribute_gate)
             if attrs:
                 plan = replace(
                     plan,
