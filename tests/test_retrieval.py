@@ -747,3 +747,55 @@ def test_fuse_with_a_limit_is_the_head_of_the_full_fusion(method: str) -> None:
             assert [(h.row.id, h.score, h.explain) for h in head] == [
                 (h.row.id, h.score, h.explain) for h in full[:k]
             ]
+
+
+def test_fuse_with_a_limit_reads_the_text_factors_of_only_the_head_and_keeps_its_order() -> None:
+    # The factors that read a candidate's text (small talk, informativeness, someone
+    # else's fact) only lower a score, so fuse(limit=k) reads them for the candidates
+    # that can still reach the first k: the first k must be those of scoring all.
+    import random
+    from dataclasses import replace
+
+    from engramdb.core.records import Candidate
+    from engramdb.search import FusionConfig, fuse, plan_query
+    from rows import memory_row
+
+    texts = [
+        "Haha, nice! Thanks so much.",
+        "Sounds great, see you soon!",
+        "My sister loves sushi and ramen.",
+        "Mel's brother works at the bakery.",
+        "I adopted a rescue dog named Biscuit last spring.",
+        "Caroline is vegan and allergic to peanuts.",
+        "Yeah.",
+        "We went camping at the lake with the kids in July.",
+    ]
+    rng = random.Random(11)
+    config = FusionConfig(informative_terms=3)
+    plan = replace(plan_query("What does Caroline eat?", config), personal=True)
+    scored_all = 0
+    for trial in range(40):
+        candidates = []
+        for i in range(rng.randint(0, 80)):
+            row = memory_row(f"m{trial}-{i:03d}", actor=rng.choice([None, "Caroline", "Mel"]))
+            row.text = rng.choice(texts)
+            candidates.append(
+                Candidate(
+                    row=row,
+                    semantic=rng.choice([0.70, 0.75, 0.80, 0.85, 0.9]),
+                    bm25=rng.choice([0.0, 0.0, 1.5, 3.0]),
+                    semantic_rank=i + 1,
+                    bm25_rank=None,
+                    entities=rng.choice([[], [("caroline", 3)]]),
+                    bm25_best=6.0,
+                )
+            )
+        full = fuse(candidates, config, plan)
+        scored_all += sum("chatter" in h.explain for h in full)
+        for k in (0, 1, 3, 10, 20, len(candidates) + 3):
+            head = fuse(candidates, config, plan, limit=k)
+            assert [(h.row.id, h.score, h.explain) for h in head] == [
+                (h.row.id, h.score, h.explain) for h in full[:k]
+            ]
+            assert all({"chatter", "informative", "other_subject"} <= set(h.explain) for h in head)
+    assert scored_all > 0

@@ -11,6 +11,7 @@ choices and the benchmark behind the defaults.
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import math
 import re
@@ -667,9 +668,13 @@ def chatter_factors(candidates: Sequence[Candidate], factor: float) -> list[floa
     """``factor`` for each candidate that is small talk, else 1 (see ``chatter_factor``)."""
     if factor >= 1.0:
         return [1.0] * len(candidates)
-    chatter = _chatter_terms()
     names = _speaker_words(candidates)
-    return [factor if _own_terms(c.row.text) - names <= chatter else 1.0 for c in candidates]
+    return [_chatter_factor(c, factor, names) for c in candidates]
+
+
+def _chatter_factor(cand: Candidate, factor: float, names: frozenset[str]) -> float:
+    """``factor`` when ``cand`` is small talk past the speakers' names ``names``, else 1."""
+    return factor if _own_terms(cand.row.text) - names <= _chatter_terms() else 1.0
 
 
 def _speaker_words(candidates: Sequence[Candidate]) -> frozenset[str]:
@@ -693,15 +698,22 @@ def other_subject_factors(
     (``asked``), or, when the query names the store's own person (``owners``),
     with another person the query does not name (``names``).
     """
-    out = []
-    for c in candidates:
-        rel = opening_relation(c.row.text)
-        if rel is not None:
-            out.append(factor if rel not in asked else 1.0)
-            continue
-        name = opening_name(c.row.text) if owners else None
-        out.append(factor if name is not None and name not in owners and name not in names else 1.0)
-    return out
+    return [_other_subject_factor(c, factor, asked, owners, names) for c in candidates]
+
+
+def _other_subject_factor(
+    cand: Candidate,
+    factor: float,
+    asked: frozenset[str],
+    owners: frozenset[str],
+    names: frozenset[str],
+) -> float:
+    """:func:`other_subject_factors` of one candidate."""
+    rel = opening_relation(cand.row.text)
+    if rel is not None:
+        return factor if rel not in asked else 1.0
+    name = opening_name(cand.row.text) if owners else None
+    return factor if name is not None and name not in owners and name not in names else 1.0
 
 
 def informative_factors(candidates: Sequence[Candidate], terms: int) -> list[float]:
@@ -713,10 +725,13 @@ def informative_factors(candidates: Sequence[Candidate], terms: int) -> list[flo
     """
     if terms <= 0:
         return [1.0] * len(candidates)
-    names: set[str] = set()
-    for actor in {c.row.actor_id for c in candidates if c.row.actor_id}:
-        names |= _own_terms(actor)
-    return [min(1.0, len(_own_terms(c.row.text) - names) / terms) for c in candidates]
+    names = _speaker_words(candidates)
+    return [_informative_factor(c, terms, names) for c in candidates]
+
+
+def _informative_factor(cand: Candidate, terms: int, names: frozenset[str]) -> float:
+    """:func:`informative_factors` of one candidate, past the speakers' names ``names``."""
+    return min(1.0, len(_own_terms(cand.row.text) - names) / terms)
 
 
 def fuse(
@@ -785,21 +800,39 @@ def fuse(
     active = active or 1.0
     # A perfect match is one of the words (the attribute part adds to it, up to 1).
     best = _best_fused(candidates, config, bool(bm_ranks), ent, any(actor.values()), active)
-    informative = (
-        informative_factors(candidates, config.informative_terms)
-        if config.informative_terms > 0
-        else None
-    )
-    chatter = (
-        chatter_factors(candidates, config.chatter_factor) if config.chatter_factor < 1 else None
-    )
-    other = (
-        other_subject_factors(
-            candidates, config.other_subject_factor, plan.relations, plan.owners, plan.names
+    # The factors below only lower a score, and each reads the candidate's text:
+    # they are read for the candidates that can still reach the first ``limit``.
+    use_informative = config.informative_terms > 0
+    use_chatter = config.chatter_factor < 1
+    use_other = config.other_subject_factor < 1 and plan is not None and plan.personal
+    speakers = _speaker_words(candidates) if use_informative or use_chatter else frozenset()
+    factors: dict[int, tuple[float | None, float | None, float | None]] = {}
+
+    def factored(score: float, i: int) -> float:
+        cand = candidates[i]
+        inf = (
+            _informative_factor(cand, config.informative_terms, speakers)
+            if use_informative
+            else None
         )
-        if config.other_subject_factor < 1 and plan is not None and plan.personal
-        else None
-    )
+        chat = _chatter_factor(cand, config.chatter_factor, speakers) if use_chatter else None
+        other = (
+            _other_subject_factor(
+                cand,
+                config.other_subject_factor,
+                plan.relations,
+                plan.owners,
+                plan.names,
+            )
+            if use_other and plan is not None
+            else None
+        )
+        factors[i] = (inf, chat, other)
+        for f in (inf, chat, other):
+            if f is not None:
+                score *= f
+        return min(1.0, max(0.0, score))
+
     # What the query asked, the same for every hit: the attribute terms it searched and
     # the store's own person it named (attributes.py, owner.py).
     asked: dict[str, Any] = {}
@@ -809,7 +842,7 @@ def fuse(
             asked["attributes"] = attrs
         if plan.owners:
             asked["owner"] = sorted(plan.owners)
-    scored: list[tuple[float, float, float, float, int]] = []
+    base: list[tuple[float, float, float, float, int]] = []
     for i, cand in enumerate(candidates):
         sem_part = min(
             1.0, max(0.0, (cand.semantic - config.cosine_floor) / (1.0 - config.cosine_floor))
@@ -834,13 +867,8 @@ def fuse(
                 + w_a * actor_part
                 + (w_t * agree[i] if agree is not None else 0.0)
             ) / active
-        if informative is not None:
-            score *= informative[i]
-        if chatter is not None:
-            score *= chatter[i]
-        if other is not None:
-            score *= other[i]
-        scored.append((min(1.0, max(0.0, score)), sem_part, bm_part, actor_part, i))
+        base.append((score, sem_part, bm_part, actor_part, i))
+    scored = _factored_best(base, factored, limit)
     scored.sort(key=lambda t: (-t[0], -candidates[t[4]].semantic, candidates[t[4]].row.id))
     if limit is not None:
         scored = scored[: max(0, limit)]
@@ -876,9 +904,9 @@ def fuse(
                         cand.row,
                     ),
                     **({"relative": min(1.0, score / best)} if best else {}),
-                    **({"informative": informative[i]} if informative is not None else {}),
-                    **({"chatter": chatter[i]} if chatter is not None else {}),
-                    **({"other_subject": other[i]} if other is not None else {}),
+                    **({"informative": factors[i][0]} if use_informative else {}),
+                    **({"chatter": factors[i][1]} if use_chatter else {}),
+                    **({"other_subject": factors[i][2]} if use_other else {}),
                     **asked,
                     "method": config.method,
                     "rank": {
@@ -890,6 +918,38 @@ def fuse(
             )
         )
     return hits
+
+
+def _factored_best(
+    base: list[tuple[float, float, float, float, int]],
+    factored: Callable[[float, int], float],
+    limit: int | None,
+) -> list[tuple[float, float, float, float, int]]:
+    """Each candidate's final score (``factored``: its base score times factors in [0, 1]).
+
+    With a ``limit``, only the candidates that can still reach the first
+    ``limit`` are factored: in order of their base score, which bounds the
+    final one, until a base score is below the ``limit``-th best final score
+    found. Those left out score strictly lower than every one of the first
+    ``limit``, so the first ``limit`` (ties included) are those of scoring
+    them all.
+    """
+    if limit is None or limit >= len(base):
+        return [(factored(t[0], t[4]), *t[1:]) for t in base]
+    if limit <= 0:
+        return []
+    out: list[tuple[float, float, float, float, int]] = []
+    kept: list[float] = []  # a min-heap of the best ``limit`` final scores
+    for t in sorted(base, key=lambda t: -t[0]):
+        if len(kept) == limit and min(1.0, max(0.0, t[0])) < kept[0]:
+            break
+        score = factored(t[0], t[4])
+        out.append((score, *t[1:]))
+        if len(kept) < limit:
+            heapq.heappush(kept, score)
+        elif score > kept[0]:
+            heapq.heapreplace(kept, score)
+    return out
 
 
 def _best_fused(
