@@ -416,6 +416,15 @@ class VectorIndex:
             top = _top(scores, min(k, count))
             return self._keys[top], _clip(scores[top])
 
+    def cosines(self, query: npt.ArrayLike, keys: npt.ArrayLike) -> tuple[Keys, Scores]:
+        """The exact cosine of ``query`` with each of ``keys`` in the index, best first.
+
+        :meth:`search` of ``k = len(keys)`` within ``keys``: every one of them
+        that is in the index, none left out.
+        """
+        wanted = self._as_keys(keys, "keys")
+        return self.search(query, wanted.size, allowed=wanted)
+
     # -------------------------------------------------------------- helpers
 
     def _pool(self, k: int) -> int:
@@ -873,13 +882,7 @@ class CompactVectorIndex:
         """
         if k < 0:
             raise ValueError(f"k must be >= 0; got {k}")
-        q = np.asarray(query, dtype=np.float32)
-        if q.shape != (self._dim,):
-            raise ValueError(
-                f"query must have shape ({self._dim},) for this index; got {q.shape} "
-                "(was the index built for another embedding model?)"
-            )
-        q = VectorIndex._normalised(q[np.newaxis, :])[0]
+        q = self._query(query)
         allowed_keys = None if allowed is None else VectorIndex._as_keys(allowed, "allowed")
         with self._lock:
             n = self._size
@@ -916,6 +919,40 @@ class CompactVectorIndex:
         scores = _dot_rows(np.ascontiguousarray(vecs, dtype=np.float32), q)
         top = _top(scores, min(k, found_keys.size))
         return found_keys[top], _clip(scores[top])
+
+    def cosines(self, query: npt.ArrayLike, keys: npt.ArrayLike) -> tuple[Keys, Scores]:
+        """The exact cosine of ``query`` with each of ``keys`` in the index, best first.
+
+        What :meth:`search` of ``k = len(keys)`` within ``keys`` returns (each
+        of them that is in the index and that ``fetch`` finds), without
+        ranking them by their codes first: every one is re-scored anyway.
+        """
+        q = self._query(query)
+        wanted = VectorIndex._as_keys(keys, "keys")
+        with self._lock:
+            present = np.array(
+                [key for key in dict.fromkeys(wanted.tolist()) if key in self._row_of],
+                dtype=np.int64,
+            )
+        if present.size == 0:
+            return _empty()
+        found_keys, vecs = self._fetch(present)
+        if found_keys.size == 0:
+            return _empty()
+        scores = _dot_rows(np.ascontiguousarray(vecs, dtype=np.float32), q)
+        top = _top(scores, found_keys.size)
+        return found_keys[top], _clip(scores[top])
+
+    def _query(self, query: npt.ArrayLike) -> npt.NDArray[np.float32]:
+        """``query`` checked for this index's dimension, normalised."""
+        q = np.asarray(query, dtype=np.float32)
+        if q.shape != (self._dim,):
+            raise ValueError(
+                f"query must have shape ({self._dim},) for this index; got {q.shape} "
+                "(was the index built for another embedding model?)"
+            )
+        out: npt.NDArray[np.float32] = VectorIndex._normalised(q[np.newaxis, :])[0]
+        return out
 
     def _resize(self, capacity: int) -> None:
         n = self._size

@@ -374,7 +374,7 @@ class _Search(_Store):
             # Entity links may point outside the scope: the SQL of _rows_by_rowid
             # (scope, filters, liveness) decides what survives. Vectors are in this
             # process: the cosine of every candidate comes from the index.
-            cos_keys, cos = cache.index.search(query, keys.size, allowed=keys)
+            cos_keys, cos = cache.index.cosines(query, keys)
             stored = None
             if vectors:
                 vec_keys, vecs = cache.index.vectors(cos_keys)
