@@ -71,6 +71,30 @@ def test_compact_index_returns_exact_cosines_of_the_true_neighbours() -> None:
     allowed = keys[3_000:3_050]
     got_keys, _ = index.search(_unit(rng, 1)[0], 10, allowed=allowed)
     assert set(got_keys.tolist()) <= set(allowed.tolist()) and got_keys.size == 10
+    # cosines: the exact cosine of each given key still there, as a search within them.
+    q = _unit(rng, 1)[0]
+    asked = np.concatenate([keys[2_590:2_700], keys[2_590:2_600], keys[:5], [10**9]])
+    got_keys, got_scores = index.cosines(q, asked)
+    expected = {k for k in keys[2_590:2_700].tolist() if k != int(keys[2_600])}
+    assert set(got_keys.tolist()) == expected and got_keys.size == len(expected)
+    assert np.allclose(got_scores, [float(stored[k] @ q) for k in got_keys.tolist()], atol=1e-6)
+    same_keys, same_scores = index.search(q, asked.size, allowed=asked)
+    assert dict(zip(same_keys.tolist(), same_scores.tolist(), strict=True)) == dict(
+        zip(got_keys.tolist(), got_scores.tolist(), strict=True)
+    )
+    assert index.cosines(q, np.empty(0, np.int64))[0].size == 0
+
+
+def test_the_full_index_gives_the_cosines_of_given_keys() -> None:
+    rng = np.random.default_rng(3)
+    vecs = _unit(rng, 300)
+    index = VectorIndex(DIM)
+    index.add(np.arange(300, dtype=np.int64), vecs)
+    index.remove([5])
+    q = _unit(rng, 1)[0]
+    got_keys, got_scores = index.cosines(q, [4, 5, 6, 6, 999])
+    assert sorted(got_keys.tolist()) == [4, 6]
+    assert np.allclose(got_scores, [float(vecs[k] @ q) for k in got_keys.tolist()], atol=1e-6)
 
 
 def _fill(store: SQLiteStore, n: int, rng: np.random.Generator, user: str = "u") -> list[str]:
