@@ -708,6 +708,15 @@ def test_warm_search_results_match_a_cold_reader_after_every_change(
             hit["memory"] = "tampered"
             agree()
             assert all("tampered" not in h["metadata"] for h in _results(reader))
+            # Metadata holding a list or an object: its insides are the caller's too.
+            reader.update(b, metadata={"tags": ["family"], "where": {"city": "Lisbon"}})
+            agree()
+            for _ in range(2):  # the second from the memo
+                hit = next(h for h in reader.search("sister", user_id=USER)["results"])
+                assert hit["metadata"] == {"tags": ["family"], "where": {"city": "Lisbon"}}
+                hit["metadata"]["tags"].append("tampered")
+                hit["metadata"]["where"]["city"] = "tampered"
+            agree()
 
             other.update(a, metadata={"source": "other instance"})
             agree()

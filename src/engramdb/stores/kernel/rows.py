@@ -108,8 +108,13 @@ def memory_row(
     agent_ids: Sequence[str] = (),
     linked_ids: Sequence[str] = (),
     link_kinds: dict[str, str] | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> MemoryRow:
-    """A :class:`MemoryRow` from the first :data:`MEMORY_COLUMNS` values of ``r``."""
+    """A :class:`MemoryRow` from the first :data:`MEMORY_COLUMNS` values of ``r``.
+
+    ``metadata``: the row's metadata already decoded (the record keeps this
+    dict); by default it is read from the row.
+    """
     return MemoryRow(
         id=r[1],
         text=r[2],
@@ -121,7 +126,7 @@ def memory_row(
         role=r[8],
         attributed_to=r[9],
         memory_type=r[10],
-        metadata=values.document(r[11]) or {},
+        metadata=(values.document(r[11]) or {}) if metadata is None else metadata,
         created_at=values.stamp(r[12]) or "",
         updated_at=values.stamp(r[13]) or "",
         observed_at=values.stamp(r[14]),

@@ -243,7 +243,10 @@ class SeqMemo(Generic[K, V]):
                 self._entries[key] = value
 
 
-class RowMemo(SeqMemo[int, tuple[tuple[Any, ...], MemoryRow]]):
+_RowEntry = tuple[tuple[Any, ...], MemoryRow, dict[str, Any] | None]
+
+
+class RowMemo(SeqMemo[int, _RowEntry]):
     """The rows searches of one scope read, by row id: their columns and records.
 
     A search reads about ninety candidate rows, most of them again and again
@@ -253,15 +256,16 @@ class RowMemo(SeqMemo[int, tuple[tuple[Any, ...], MemoryRow]]):
     scope, without a filter, read it (what they find in it is in their scope
     by construction; deletion and expiry are checked on its columns). Every
     read builds new records from what is kept, so a caller that changes a
-    result's metadata changes nothing here.
+    result's metadata changes nothing here: metadata of plain values (no list
+    or object inside) is kept decoded and copied, the rest decoded again.
     """
 
     __slots__ = ()
 
     @staticmethod
-    def entry_bytes(key: int, value: tuple[tuple[Any, ...], MemoryRow]) -> int:
+    def entry_bytes(key: int, value: _RowEntry) -> int:
         """A row's columns and its record: ~1,100 bytes of objects, and its text twice."""
-        raw, _row = value
+        raw = value[0]
         return 1_100 + 2 * sum(len(v) for v in raw if isinstance(v, str))
 
     def get(self, rowid: int) -> MemoryRow | None:
@@ -269,7 +273,7 @@ class RowMemo(SeqMemo[int, tuple[tuple[Any, ...], MemoryRow]]):
         entry = self._entries.get(rowid)
         if entry is None:
             return None
-        raw, row = entry
+        raw, row, flat = entry
         return memory_row(
             raw,
             ISO_TEXT,
@@ -277,11 +281,22 @@ class RowMemo(SeqMemo[int, tuple[tuple[Any, ...], MemoryRow]]):
             agent_ids=row.agent_ids,
             linked_ids=row.linked_ids,
             link_kinds=row.link_kinds,
+            metadata=None if flat is None else dict(flat),
         )
 
     def keep(self, seq: int, rows: Sequence[tuple[tuple[Any, ...], MemoryRow]]) -> None:
-        """Keep ``(columns, record)`` pairs read at ``seq``, by the row id in the columns."""
-        self.put(seq, [(int(raw[0]), (raw, row)) for raw, row in rows])
+        """Keep ``(columns, record)`` pairs read at ``seq``, by the row id in the columns.
+
+        Call it before the records are handed out: their metadata is copied here.
+        """
+        self.put(seq, [(int(raw[0]), (raw, row, _flat_copy(row.metadata))) for raw, row in rows])
+
+
+def _flat_copy(metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """A copy of ``metadata`` when its values are plain (a shallow copy is then a full one)."""
+    if any(isinstance(v, dict | list) for v in metadata.values()):
+        return None
+    return dict(metadata)
 
 
 class DegreeMemo(SeqMemo[Any, int]):
