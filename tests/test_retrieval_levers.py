@@ -258,6 +258,19 @@ def test_lending_lifts_keeps_the_better_and_adds() -> None:
     assert [h.score for h in ordered] == sorted((h.score for h in ordered), reverse=True)
 
 
+def test_neighbours_lent_the_same_score_keep_the_order_they_were_said_in() -> None:
+    # The turns before and after a hit get the same lent score; their ids are random
+    # (uuid4), so ordering the tie by id gave every store its own order.
+    cfg = FusionConfig(neighbour_hits=1, neighbour_share=0.5, neighbour_span=1)
+    for before, after in (("zz-before", "aa-after"), ("aa-before", "zz-after")):
+        hits = [_hit("anchor", 0.8)]
+        near: dict[str, list[tuple[int, MemoryRow]]] = {
+            "anchor": [(1, _row(after)), (-1, _row(before))]
+        }
+        order = [h.row.id for h in lend_to_neighbours(hits, near, cfg)]
+        assert order == ["anchor", before, after]
+
+
 def test_only_messages_lend_and_borrow() -> None:
     """Extracted memories (they carry ``attributed_to``) neither lend to their
     neighbours nor borrow from a message beside them: they are self-contained."""

@@ -101,8 +101,17 @@ def session_key(row: MemoryRow) -> tuple[str | None, str | None, str | None]:
     return (row.user_id, row.agent_id, row.run_id)
 
 
-def _sort_key(hit: Hit) -> tuple[float, float, str]:
-    return (-hit.score, -float(hit.explain.get("semantic", 0.0)), hit.row.id)
+def _sort_key(hit: Hit) -> tuple[float, float, int, str]:
+    # Two neighbours lent the same score by one hit (the turns before and after it)
+    # tie on everything but their offset: they keep the order they were said in, not
+    # that of their random ids, so a search's order is the same in every store.
+    offset = hit.explain.get("offset")
+    return (
+        -hit.score,
+        -float(hit.explain.get("semantic", 0.0)),
+        offset if isinstance(offset, int) else 0,
+        hit.row.id,
+    )
 
 
 def _scaled(hit: Hit, factor: float, extra: Mapping[str, object]) -> Hit:
