@@ -88,15 +88,25 @@ FACTS = [
 ]
 
 
-@pytest.mark.parametrize("idioms", [True, False])
+@pytest.mark.parametrize(
+    ("backend", "idioms"), [("sqlite", True), ("sqlite", False), ("postgres", True)]
+)
 def test_an_idiom_lets_search_answer_with_what_holds_now(
-    tmp_path: Path, embedder: LocalEmbedder, idioms: bool
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    embedder: LocalEmbedder,
+    backend: str,
+    idioms: bool,
 ) -> None:
-    m = Memory(
-        tmp_path / "idioms.db",
-        config={"retrieval": {"attribute_idioms": idioms}},
-        embedder=embedder,
-    )
+    retrieval = {"attribute_idioms": idioms}
+    if backend == "sqlite":
+        m = Memory(tmp_path / "idioms.db", config={"retrieval": retrieval}, embedder=embedder)
+    else:
+        pg = request.getfixturevalue("pg_config")
+        m = Memory(
+            config={"vector_store": {"provider": "postgres", "config": pg}, "retrieval": retrieval},
+            embedder=embedder,
+        )
     for when, text in FACTS:
         m.add(text, user_id="amara", timestamp=when, infer=False)
     top = m.search("What does Amara get around in these days?", user_id="amara", explain=True)
