@@ -53,6 +53,15 @@ def test_an_idiom_names_the_attribute_it_asks(question: str, attribute: str) -> 
         "What is Sam's job?",
         "Where did the user travel last summer?",
         "What romantic comedy did they watch?",
+        # Look-alikes of an idiom: "forget about", "get around to" (find the time),
+        # "work out the problem" (figure out), "which day works for" (suits),
+        # "call home" (a phone call), "motor skills".
+        "Did Caroline forget about the meeting?",
+        "Did she ever get around to painting the fence?",
+        "Did they work out the problem with the landlord?",
+        "Which day works for Melanie?",
+        "Did she call home last night?",
+        "What motor skills did the kid learn?",
     ],
 )
 def test_a_question_without_an_idiom_leaves_the_reading_to_the_vector(question: str) -> None:

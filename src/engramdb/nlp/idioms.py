@@ -30,11 +30,12 @@ _SELF = r"(?:him|her|them|my|your|our)sel(?:f|ves)"
 
 IDIOMS: Final[Mapping[str, str]] = {
     "vehicle": (
-        rf"(?:{_GET})\s+(?:around|about)\b"
+        # "get around in", not "get around to" (find the time) nor "forget about"
+        rf"\b(?:{_GET})\s+(?:around|about)\b(?!\s+to\b)"
         r"|\bbehind\s+the\s+wheel|\b(?:set|pair)\s+of\s+wheels|\bwhat\s+wheels"
         r"|\bwhat\s+(?:(?:do(?:es)?|did)\s+\w+(?:\s+\w+)?\s+)?driv(?:e|es|ing)\b"
         r"|\bdriv(?:e|es|ing)\s+(?:these\s+days|now(?:adays)?|at\s+the\s+moment)"
-        r"|\bmode\s+of\s+transport|\bget\s+to\s+work\s+in\b|\bmotor\b"
+        r"|\bmode\s+of\s+transport|\bget\s+to\s+work\s+in\b"
     ),
     "hobby": (
         r"\b(?:free|spare|leisure|down|off)\s*-?time\b|\bfor\s+fun\b|\bpastimes?\b"
@@ -44,14 +45,18 @@ IDIOMS: Final[Mapping[str, str]] = {
     ),
     "fitness": (
         rf"\b(?:{_KEEP})\s+(?:fit|in\s+shape|active|healthy)\b"
-        r"|\bwork(?:s|ing)?\s+out\b|\bworkouts?\b|\bexercis(?:e|es|ing)\b"
+        # "work out", not "work out how / the answer" (figure out)
+        r"|\bwork(?:s|ing)?\s+out\b(?!\s+(?:the|a|an|how|what|why|whether|if|who|where|when"
+        r"|that|this|it|its|their|his|her|some|any)\b)|\bworkouts?\b|\bexercis(?:e|es|ing)\b"
         r"|\bget(?:s|ting)?\s+(?:their|his|her|your|my|some)?\s*exercise\b|\bbreak\s+a\s+sweat\b"
     ),
     "job": (
         r"\bfor\s+a\s+living\b|\bearn(?:s|ing)?\s+(?:a|their|his|her|your|my)\s+living\b"
         r"|\bpays?\s+the\s+bills\b|\bline\s+of\s+work\b|\bdo(?:es)?\s+for\s+work\b"
         r"|\bday\s+job\b|\bnine\s*-?\s*to\s*-?\s*five\b"
-        r"|\bwork(?:s|ed|ing)?\s+(?:as|for)\b"
+        # "works as", "does Hannah work for", "working for": not "which day works for Mel"
+        r"|\bwork(?:s|ed|ing)?\s+as\b|\bworking\s+for\b"
+        r"|\b(?:do|does|did)\s+\w+(?:\s+\w+)?\s+work\s+for\b"
     ),
     "education": r"\benrol(?:l?s|led|ling|ment)\b|\bsigned\s+up\s+for\s+(?:a|an|the)\s+course\b",
     "diet": (
@@ -67,7 +72,8 @@ IDIOMS: Final[Mapping[str, str]] = {
     "pet": r"\bfurry\s+(?:friend|companion)s?\b|\bfour-?\s*legged\b|\banimals?\s+at\s+home\b",
     "drink": r"\busual\s+order\b|\bcoffee\s+order\b|\bcaffeine\s+fix\b|\bgo-?\s*to\s+drink\b",
     "home": (
-        r"\bcalls?\s+home\b|\bwhere\s+(?:is|are)\s+\w+(?:\s+\w+)?\s+based\b|\bwhere\s+(?:\w+\s+){1,2}liv(?:e|es|ing)\b"
+        # "the city Mei calls home", not "did she call home" (a phone call)
+        r"\bcalls\s+home\b|\b(?:do|does)\s+\w+(?:\s+\w+)?\s+call\s+home\b|\bwhere\s+(?:is|are)\s+\w+(?:\s+\w+)?\s+based\b|\bwhere\s+(?:\w+\s+){1,2}liv(?:e|es|ing)\b"
     ),
 }
 """Each attribute's question idioms, as one regular expression (case-insensitive)."""
