@@ -68,3 +68,12 @@ def test_long_input_is_read_in_linear_time(text: str) -> None:
     asked_work_facet(text)
     said_work_facets(text)
     assert time.perf_counter() - started < 5.0
+
+
+def test_a_strict_reading_names_an_employer_only_after_at_joined_left() -> None:
+    # Fusion reads every candidate, about anything: a capitalised name alone is no employer.
+    text = "Caroline attended an LGBTQ+ counseling workshop"
+    assert said_work_facets(text) == {"employer"}
+    assert said_work_facets(text, strict=True) == frozenset()
+    assert said_work_facets("Lena started at Copperleaf Studios.", strict=True) == {"employer"}
+    assert said_work_facets("Signe works as a veterinarian.", strict=True) == {"occupation"}

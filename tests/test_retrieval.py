@@ -799,3 +799,49 @@ def test_fuse_with_a_limit_reads_the_text_factors_of_only_the_head_and_keeps_its
             ]
             assert all({"chatter", "informative", "other_subject"} <= set(h.explain) for h in head)
     assert scored_all > 0
+
+
+@pytest.mark.parametrize(
+    ("question", "lowered"),
+    [
+        ("Which company does Signe work for?", "Signe works as a veterinarian."),
+        ("What does Signe do for a living?", "Signe started at Ironbridge Consulting."),
+    ],
+)
+def test_a_memory_saying_only_the_other_side_of_work_is_lowered(
+    question: str, lowered: str
+) -> None:
+    from dataclasses import replace
+
+    from engramdb.core.records import Candidate
+    from engramdb.search import FusionConfig, fuse, plan_query
+    from rows import memory_row
+
+    texts = [
+        "Signe works as a veterinarian.",
+        "Signe started at Ironbridge Consulting.",
+        "Signe works as a vet at Harbourside Hotels.",
+        "Signe likes green tea.",
+    ]
+    candidates = []
+    for i, text in enumerate(texts):
+        row = memory_row(f"m{i}")
+        row.text = text
+        candidates.append(Candidate(row=row, semantic=0.85, bm25=0.0, semantic_rank=i + 1))
+    for factor in (0.5, 1.0):
+        config = FusionConfig(work_side_factor=factor)
+        # The question asks about work: its attribute term says so (read from its vector).
+        plan = replace(plan_query(question, config), terms=["@job"])
+        got = {h.row.text: h for h in fuse(candidates, config, plan)}
+        if factor == 1.0:
+            assert all("work_side" not in h.explain for h in got.values())
+            continue
+        assert got[lowered].explain["work_side"] == 0.5
+        assert got[lowered].score == pytest.approx(got["Signe likes green tea."].score * 0.5)
+        # Both sides, or neither: nothing lowered.
+        assert got["Signe works as a vet at Harbourside Hotels."].explain["work_side"] == 1.0
+        assert got["Signe likes green tea."].explain["work_side"] == 1.0
+    # Not a question about work (no @job): "career-high" asks no side of anyone's work.
+    plan = plan_query("When did John have a career-high in assists?", FusionConfig())
+    hits = fuse(candidates, FusionConfig(), plan)
+    assert all("work_side" not in h.explain for h in hits)

@@ -39,7 +39,7 @@ from engramdb.nlp import (
     normalize_entity,
     query_terms,
 )
-from engramdb.nlp.facets import EMPLOYER, said_work_facets
+from engramdb.nlp.facets import EMPLOYER, asked_work_facet, said_work_facets
 from engramdb.nlp.stopwords import STOP_WORDS
 from engramdb.nlp.subjects import asked_relations, opening_name, opening_relation
 from engramdb.nlp.terms import ATTRIBUTE_PREFIX
@@ -424,6 +424,13 @@ class FusionConfig(BaseModel):
     attribute_share: float = Field(default=0.2, gt=0, le=1)
     """The probability (:mod:`engramdb.attributes`) an attribute needs to be one of a
     memory's attribute terms (index time)."""
+    work_side_factor: float = Field(default=0.5, ge=0, le=1)
+    """The other side of work (1: off): for a question that asks one side of
+    someone's work (:func:`engramdb.nlp.facets.asked_work_facet`: "Which company
+    does Signe work for?" the employer, "What does Chiara do for a living?" the
+    occupation), a memory that says only the other side ("Signe works as a
+    vet", "Omar is employed by the city council") has its fused score multiplied
+    by this: it is about the work, not the answer."""
     chatter_factor: float = Field(default=0.5, ge=0, le=1)
     """Small talk's share of its fused score (default 0.5; 1: off). A candidate whose own keyword
     terms, past the speakers' names, are all everyday conversation words ("Not bad
@@ -456,6 +463,7 @@ _SIGNALS_ALONE: dict[str, Any] = {
     "attribute_currency": False,
     "attribute_idioms": False,
     "other_subject_factor": 1.0,
+    "work_side_factor": 1.0,
     "owner_names": False,
 }
 HYBRID_RRF = FusionConfig(method="rrf", entity_weight=0.5, actor_weight=0.5, **_SIGNALS_ALONE)
@@ -485,6 +493,9 @@ class QueryPlan:
     attributes: Any = None
     """The question's attribute shares (:meth:`engramdb.attributes.AttributeModel.shares`)
     and the classifier, as an :class:`engramdb.attributes.Asked`; None when off."""
+    work_facet: str | None = None
+    """The side of work the query asks (:func:`engramdb.nlp.facets.asked_work_facet`:
+    ``"employer"`` or ``"occupation"``), read when ``work_side_factor`` is on."""
 
 
 _WORD = re.compile(r"[^\W_]+(?:['\u2019\-][^\W_]+)*")
@@ -572,6 +583,7 @@ def plan_query(
         entities=entities if config.entity_weight > 0 else [],
         names=frozenset(keys),
         relations=asked_relations(query) if config.other_subject_factor < 1 else frozenset(),
+        work_facet=asked_work_facet(query) if config.work_side_factor < 1 else None,
     )
 
 
@@ -716,6 +728,19 @@ def _other_subject_factor(
     return factor if name is not None and name not in owners and name not in names else 1.0
 
 
+_JOB: Final = ATTRIBUTE_PREFIX + "job"
+
+
+def _work_side_factor(cand: Candidate, factor: float, asked: str) -> float:
+    """``factor`` when ``cand`` says a side of work and not the ``asked`` one, else 1.
+
+    Read strictly (an employer only after "at", "joined", ...): a candidate
+    may be about anything, and a capitalised name alone is not an employer.
+    """
+    said = said_work_facets(cand.row.text, strict=True)
+    return factor if said and asked not in said else 1.0
+
+
 def informative_factors(candidates: Sequence[Candidate], terms: int) -> list[float]:
     """Each candidate's informativeness factor, ``min(1, n / terms)`` (1 when ``terms`` is 0).
 
@@ -805,8 +830,15 @@ def fuse(
     use_informative = config.informative_terms > 0
     use_chatter = config.chatter_factor < 1
     use_other = config.other_subject_factor < 1 and plan is not None and plan.personal
+    # Only for a question about someone's work (the attribute read from it): "career"
+    # and "company" also ask other things ("a career-high", "production companies").
+    side = (
+        plan.work_facet
+        if plan is not None and config.work_side_factor < 1 and _JOB in plan.terms
+        else None
+    )
     speakers = _speaker_words(candidates) if use_informative or use_chatter else frozenset()
-    factors: dict[int, tuple[float | None, float | None, float | None]] = {}
+    factors: dict[int, tuple[float | None, float | None, float | None, float | None]] = {}
 
     def factored(score: float, i: int) -> float:
         cand = candidates[i]
@@ -827,8 +859,9 @@ def fuse(
             if use_other and plan is not None
             else None
         )
-        factors[i] = (inf, chat, other)
-        for f in (inf, chat, other):
+        work = _work_side_factor(cand, config.work_side_factor, side) if side else None
+        factors[i] = (inf, chat, other, work)
+        for f in (inf, chat, other, work):
             if f is not None:
                 score *= f
         return min(1.0, max(0.0, score))
@@ -907,6 +940,7 @@ def fuse(
                     **({"informative": factors[i][0]} if use_informative else {}),
                     **({"chatter": factors[i][1]} if use_chatter else {}),
                     **({"other_subject": factors[i][2]} if use_other else {}),
+                    **({"work_side": factors[i][3]} if side else {}),
                     **asked,
                     "method": config.method,
                     "rank": {

@@ -134,17 +134,21 @@ def _not_a_name(word: str) -> bool:
     )
 
 
-def said_work_facets(text: str) -> frozenset[WorkFacet]:
+def said_work_facets(text: str, *, strict: bool = False) -> frozenset[WorkFacet]:
     """The sides of someone's work ``text`` says: a named employer, an occupation, both or none.
 
     An employer: a name after "at", "joined", ... ("started at Foxglove Foods"),
-    or any name in capitals that is not a person's or a date ("The Juniper
-    Health office moved floors"). An occupation: "works as", "became", "I'm a"
-    ... (a common noun: an implicit one, "ward rounds at 7am", is not seen).
+    or (unless ``strict``) any name in capitals that is not a person's or a
+    date ("The Juniper Health office moved floors"). An occupation: "works as",
+    "became", "I'm a" ... (a common noun: an implicit one, "ward rounds at
+    7am", is not seen). ``strict`` is for a text that may be about anything:
+    "an LGBTQ+ counseling workshop" names no employer.
     """
     text = without_vocatives(text)  # "Hi Bram, ..." names whom it talks to
     out: set[WorkFacet] = set()
-    if any(_employer_run(m) for m in _NAMES_EMPLOYER.finditer(text)) or _names_organisation(text):
+    if any(_employer_run(m) for m in _NAMES_EMPLOYER.finditer(text)) or (
+        not strict and _names_organisation(text)
+    ):
         out.add(EMPLOYER)
     if _SAYS_OCCUPATION.search(text):
         out.add(OCCUPATION)
