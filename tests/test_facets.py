@@ -58,7 +58,13 @@ def test_the_sides_of_work_a_statement_says(text: str, facets: set[str]) -> None
 
 @pytest.mark.parametrize(
     "text",
-    ["where " * 40_000, "Where? " * 30_000 + "work", "from Aa " * 30_000, "Hi Bob, " * 30_000],
+    [
+        "where " * 40_000,
+        "Where? " * 30_000 + "work",
+        "from Aa " * 30_000,
+        "Hi Bob, " * 30_000,
+        "at the " + "small " * 40_000 + "company",
+    ],
 )
 def test_long_input_is_read_in_linear_time(text: str) -> None:
     # A query or a memory can be a whole document. The first version's "where ...
@@ -77,3 +83,23 @@ def test_a_strict_reading_names_an_employer_only_after_at_joined_left() -> None:
     assert said_work_facets(text, strict=True) == frozenset()
     assert said_work_facets("Lena started at Copperleaf Studios.", strict=True) == {"employer"}
     assert said_work_facets("Signe works as a veterinarian.", strict=True) == {"occupation"}
+
+
+@pytest.mark.parametrize(
+    ("text", "facets"),
+    [
+        (
+            "I work as a data engineer at a small bicycle company in Lyon.",
+            {"employer", "occupation"},
+        ),
+        ("Started at the hospital on Monday.", {"employer"}),
+        ("I quit the firm last week.", {"employer"}),
+        ("Joined the city council in May.", {"employer"}),
+        # Places one visits are not read as an employer without a name.
+        ("We met at a cafe.", set()),
+        ("I left the office early.", set()),
+    ],
+)
+def test_an_employer_said_with_a_common_noun(text: str, facets: set[str]) -> None:
+    assert said_work_facets(text, strict=True) == facets
+    assert said_work_facets(text) >= facets

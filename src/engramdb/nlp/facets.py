@@ -66,6 +66,16 @@ _NAMES_EMPLOYER = re.compile(
     r"\b(?:at|for|joined|join|joining|left|leave|leaving|quit|by|from|to|with)\s+"
     r"(?:the\s+)?(?P<name>(?P<first>[A-Z][\w&'\-]*)(?:\s+(?:&\s+)?[A-Z][\w&'\-]*)*)"
 )
+# An employer said with a common noun: "at a small bicycle company", "for a
+# startup", "joined the city council" (up to three words between).
+_UNNAMED_EMPLOYER = re.compile(
+    r"\b(?:at|for|joined|join|joining|left|leave|leaving|quit)\s+(?:a|an|the|my|our|his|her|their)\s+"
+    r"(?:[\w'\-]+\s+){0,3}?(?:company|firm|startup|start-up|agency|consultancy|bank|hospital"
+    r"|clinic|school|university|college|council|ministry|charity|nonprofit|non-profit"
+    r"|bakery|studio|lab|laboratory|factory|warehouse|newspaper|magazine|publisher"
+    r"|airline|practice)\b",
+    re.IGNORECASE,
+)
 _SAYS_OCCUPATION = re.compile(
     r"\b(?:work(?:s|ed|ing)?\s+as|job\s+as|role\s+as|became|become|becoming"
     r"|retrain(?:ed|ing)?\s+as|trained\s+as|qualified\s+as|promoted\s+to|jobs?\s+from\s+(?:an?\s+)?[a-z]"
@@ -146,8 +156,10 @@ def said_work_facets(text: str, *, strict: bool = False) -> frozenset[WorkFacet]
     """
     text = without_vocatives(text)  # "Hi Bram, ..." names whom it talks to
     out: set[WorkFacet] = set()
-    if any(_employer_run(m) for m in _NAMES_EMPLOYER.finditer(text)) or (
-        not strict and _names_organisation(text)
+    if (
+        any(_employer_run(m) for m in _NAMES_EMPLOYER.finditer(text))
+        or _UNNAMED_EMPLOYER.search(text)
+        or (not strict and _names_organisation(text))
     ):
         out.add(EMPLOYER)
     if _SAYS_OCCUPATION.search(text):
