@@ -357,13 +357,7 @@ class VectorIndex:
         """
         if k < 0:
             raise ValueError(f"k must be >= 0; got {k}")
-        q = np.asarray(query, dtype=np.float32)
-        if q.shape != (self._dim,):
-            raise ValueError(
-                f"query must have shape ({self._dim},) for this index; got {q.shape} "
-                "(was the index built for another embedding model?)"
-            )
-        q = self._normalised(q[np.newaxis, :])[0]
+        q = _unit_query(query, self._dim)
         allowed_keys = None if allowed is None else self._as_keys(allowed, "allowed")
 
         with self._lock:
@@ -554,6 +548,18 @@ class VectorIndex:
             return keys, vecs
         last = keys.size - 1 - first_in_reversed
         return keys[last], vecs[last]
+
+
+def _unit_query(query: npt.ArrayLike, dim: int) -> npt.NDArray[np.float32]:
+    """``query`` as a float32 vector of length ``dim``, normalised; refuses another shape."""
+    q = np.asarray(query, dtype=np.float32)
+    if q.shape != (dim,):
+        raise ValueError(
+            f"query must have shape ({dim},) for this index; got {q.shape} "
+            "(was the index built for another embedding model?)"
+        )
+    out: npt.NDArray[np.float32] = VectorIndex._normalised(q[np.newaxis, :])[0]
+    return out
 
 
 def _dot_rows(matrix: _Matrix, vector: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -882,7 +888,7 @@ class CompactVectorIndex:
         """
         if k < 0:
             raise ValueError(f"k must be >= 0; got {k}")
-        q = self._query(query)
+        q = _unit_query(query, self._dim)
         allowed_keys = None if allowed is None else VectorIndex._as_keys(allowed, "allowed")
         with self._lock:
             n = self._size
@@ -927,7 +933,7 @@ class CompactVectorIndex:
         of them that is in the index and that ``fetch`` finds), without
         ranking them by their codes first: every one is re-scored anyway.
         """
-        q = self._query(query)
+        q = _unit_query(query, self._dim)
         wanted = VectorIndex._as_keys(keys, "keys")
         with self._lock:
             present = np.array(
@@ -942,17 +948,6 @@ class CompactVectorIndex:
         scores = _dot_rows(np.ascontiguousarray(vecs, dtype=np.float32), q)
         top = _top(scores, found_keys.size)
         return found_keys[top], _clip(scores[top])
-
-    def _query(self, query: npt.ArrayLike) -> npt.NDArray[np.float32]:
-        """``query`` checked for this index's dimension, normalised."""
-        q = np.asarray(query, dtype=np.float32)
-        if q.shape != (self._dim,):
-            raise ValueError(
-                f"query must have shape ({self._dim},) for this index; got {q.shape} "
-                "(was the index built for another embedding model?)"
-            )
-        out: npt.NDArray[np.float32] = VectorIndex._normalised(q[np.newaxis, :])[0]
-        return out
 
     def _resize(self, capacity: int) -> None:
         n = self._size
