@@ -7,9 +7,13 @@ query, the memory and the scope, never on what else is in the candidate pool.
 This script fits the curve's ``knots`` so that the score is the probability
 that the memory answers the query: isotonic regression (pool adjacent
 violators) of "is an answer" on ``relative``, over every dumped hit of every
-question, answerable or not, in bins of ``--bin`` (0.05) of ``relative``; the
+question, answerable or not, in bins of 0.05 of ``relative``; the
 knots are the bins' mean ``relative`` and fitted probability, made strictly
-increasing by 0.0001 a step so that the score keeps the fused order. Platt
+increasing by 0.0001 a step so that the score keeps the fused order. Two
+curves: ``knots`` for questions that name none of the memories' speakers,
+``speaker_knots`` for those that name one (the actor part in play, read from
+each hit's ``score_details["speaker_named"]``); each is fitted on its own
+questions, which keep the weight they have in the whole mix. Platt
 scaling (a logistic ``center``/``width``, the curve's other form) is fitted
 and judged beside it for comparison.
 
@@ -65,23 +69,40 @@ def load(paths: list[Path]) -> list[dict[str, Any]]:
     return out
 
 
-def relative_of(score: float, dumped: ScoreCalibration) -> float:
+def speaker_named(question: dict[str, Any]) -> bool:
+    """Whether a dumped question named a speaker of the memories (its hits say so).
+
+    A dump made before the key existed: whether a hit had the actor part.
+    """
+    hits = question["hits"]
+    if hits and "speaker_named" in hits[0]["score_details"]:
+        return bool(hits[0]["score_details"]["speaker_named"])
+    return any(h["score_details"].get("actor", 0) > 0 for h in hits)
+
+
+def relative_of(score: float, dumped: ScoreCalibration, speaker: bool = False) -> float:
     """The relative fused score that the curve the dump was made with mapped to ``score``.
 
-    Knots are inverted piecewise-linearly (a score at a flat end reads as that end).
+    Knots are inverted piecewise-linearly (a score at a flat end reads as that end);
+    ``speaker``: the question named a speaker (the dump's ``speaker_knots``).
     """
-    if dumped.knots:
-        xs = [x for x, _ in dumped.knots]
-        ys = [y for _, y in dumped.knots]
+    knots = (dumped.speaker_knots or dumped.knots) if speaker else dumped.knots
+    if knots:
+        xs = [x for x, _ in knots]
+        ys = [y for _, y in knots]
         return float(np.interp(score, ys, xs))
     s = min(max(score, EPS), 1.0 - EPS)
     return float(dumped.center + dumped.width * math.log(s / (1.0 - s)))
 
 
 def rows(
-    questions: list[dict[str, Any]], dumped: ScoreCalibration
+    questions: list[dict[str, Any]], dumped: ScoreCalibration, speaker: bool | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(relative, label, weight) of every hit; each shape and each question weighs the same."""
+    """(relative, label, weight) of every hit; each shape and each question weighs the same.
+
+    ``speaker``: only the questions that name a speaker (True) or none (False),
+    each keeping the weight it has among all of ``questions``.
+    """
     per_shape: dict[str, int] = defaultdict(int)
     for q in questions:
         if q["hits"]:
@@ -91,11 +112,12 @@ def rows(
     ws: list[float] = []
     for q in questions:
         hits = q["hits"]
-        if not hits:
+        named = speaker_named(q)
+        if not hits or (speaker is not None and named != speaker):
             continue
         weight = 1.0 / (per_shape[q["shape"]] * len(hits))
         for hit in hits:
-            xs.append(relative_of(float(hit["score"]), dumped))
+            xs.append(relative_of(float(hit["score"]), dumped, named))
             ys.append(1.0 if hit["is_gold"] else 0.0)
             ws.append(weight)
     w = np.asarray(ws)
@@ -145,6 +167,29 @@ def fit_knots(
     return tuple(knots)
 
 
+def fit_curves(questions: list[dict[str, Any]], dumped: ScoreCalibration) -> ScoreCalibration:
+    """Both curves: ``knots`` on questions naming no speaker, ``speaker_knots`` on the rest."""
+    return ScoreCalibration(
+        knots=fit_knots(*rows(questions, dumped, speaker=False)),
+        speaker_knots=fit_knots(*rows(questions, dumped, speaker=True)),
+    )
+
+
+def _means(
+    per: dict[str, list[dict[str, Any]]], metrics: tuple[str, ...]
+) -> dict[str, dict[str, float | None]]:
+    """Each shape's mean over its folds of each metric (NaN folds left out)."""
+    return {
+        shape: {
+            m: round(float(np.mean(vals)), 4)
+            if (vals := [r[m] for r in rs if r[m] == r[m]])
+            else None
+            for m in metrics
+        }
+        for shape, rs in per.items()
+    }
+
+
 def _top_auc(top: list[tuple[float, int]]) -> float | None:
     """The top-1 AUC as the benchmark computes it (right top answers against the rest)."""
     return auc([s for s, y in top if y == 1], [s for s, y in top if y == 0])
@@ -182,7 +227,8 @@ def judge(
     correct = hidden = unanswerable = empty = 0
     for q in questions:
         hits = q["hits"]
-        scores = [cal.apply(relative_of(float(h["score"]), dumped)) for h in hits]
+        named = speaker_named(q)
+        scores = [cal.apply(relative_of(float(h["score"]), dumped, named), named) for h in hits]
         for h, s in zip(hits, scores, strict=True):
             calib.append((s, 1.0 / len(hits), 1 if h["is_gold"] else 0))
         answerable = bool(q.get("answerable", True)) and bool(q.get("gold"))
@@ -221,17 +267,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.center is not None or args.width is not None:
         dumped = ScoreCalibration(center=args.center or 0.77, width=args.width or 0.06)
     data = rows(questions, dumped)
-    knots = ScoreCalibration(knots=fit_knots(*data))
+    curves = fit_curves(questions, dumped)
+    one = ScoreCalibration(knots=fit_knots(*data), speaker_knots=())
     center, width = fit(*data)
     # Not validated: Platt's centre lands above 1 here (docs/retrieval.md).
-    platt = ScoreCalibration.model_construct(knots=(), center=center, width=width)
+    platt = ScoreCalibration.model_construct(knots=(), speaker_knots=(), center=center, width=width)
     by_shape: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for q in questions:
         by_shape[q["shape"]].append(q)
     report: dict[str, Any] = {
-        "knots": [list(k) for k in knots.knots],
+        "knots": [list(k) for k in curves.knots],
+        "speaker_knots": [list(k) for k in curves.speaker_knots],
         "platt": {"center": center, "width": width},
-        "in_sample": {s: judge(qs, knots, dumped, args.threshold) for s, qs in by_shape.items()},
+        "in_sample": {s: judge(qs, curves, dumped, args.threshold) for s, qs in by_shape.items()},
+        "in_sample_one_curve": {
+            s: judge(qs, one, dumped, args.threshold) for s, qs in by_shape.items()
+        },
         "in_sample_platt": {
             s: judge(qs, platt, dumped, args.threshold) for s, qs in by_shape.items()
         },
@@ -240,22 +291,19 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     if args.folds:
+        metrics = ("ece", "auc_top1", "hidden_correct", "unanswerable_empty")
         per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        per_one: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for shape, key in sorted({(q["shape"], str(q["fold"])) for q in questions}):
             train = [q for q in questions if (q["shape"], str(q["fold"])) != (shape, key)]
             test = [q for q in questions if (q["shape"], str(q["fold"])) == (shape, key)]
-            fold_knots = ScoreCalibration(knots=fit_knots(*rows(train, dumped)))
-            per[shape].append({"fold": key} | judge(test, fold_knots, dumped, args.threshold))
+            fold = fit_curves(train, dumped)
+            per[shape].append({"fold": key} | judge(test, fold, dumped, args.threshold))
+            fold_one = ScoreCalibration(knots=fit_knots(*rows(train, dumped)), speaker_knots=())
+            per_one[shape].append({"fold": key} | judge(test, fold_one, dumped, args.threshold))
         report["folds"] = dict(per)
-        report["folds_mean"] = {
-            shape: {
-                m: round(float(np.mean(vals)), 4)
-                if (vals := [r[m] for r in rs if r[m] == r[m]])
-                else None
-                for m in ("ece", "auc_top1", "hidden_correct", "unanswerable_empty")
-            }
-            for shape, rs in per.items()
-        }
+        report["folds_mean"] = _means(per, metrics)
+        report["folds_mean_one_curve"] = _means(per_one, metrics)
     print(json.dumps({k: v for k, v in report.items() if k != "folds"}, indent=2))
     if args.report is not None:
         args.report.parent.mkdir(parents=True, exist_ok=True)

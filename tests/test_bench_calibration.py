@@ -53,6 +53,22 @@ def test_the_curve_is_strictly_increasing_and_bounded() -> None:
     assert FusionConfig.model_validate(dumped) == FusionConfig()
 
 
+def test_a_question_that_names_a_speaker_has_its_own_curve() -> None:
+    cal = ScoreCalibration()
+    assert cal.speaker_knots and cal.speaker_knots != cal.knots
+    for x, y in cal.speaker_knots:
+        assert cal.apply(x, speaker=True) == pytest.approx(y)
+    # A speaker's memories all gain the actor part, so as high a ``relative`` answers less often.
+    assert all(cal.apply(x, speaker=True) < cal.apply(x) for x in (0.7, 0.8, 0.9, 0.95))
+    # Knots given alone are the curve of every question; the logistic too.
+    one = ScoreCalibration(knots=((0.2, 0.1), (0.8, 0.7)))
+    assert one.speaker_knots == () and one.apply(0.5, speaker=True) == one.apply(0.5)
+    logistic = ScoreCalibration(center=0.77, width=0.06)
+    assert logistic.apply(0.8, speaker=True) == logistic.apply(0.8)
+    with pytest.raises(ValueError, match="knots"):
+        ScoreCalibration(speaker_knots=((0.5, 0.2), (0.4, 0.3)))
+
+
 @pytest.mark.parametrize(
     "knots",
     [((0.5, 0.2), (0.4, 0.3)), ((0.1, 0.2), (0.5, 0.2)), ((0.1, 0.2), (0.5, 1.5))],

@@ -27,6 +27,9 @@ from engramdb.nlp.idioms import IDIOMS, idiom_attributes
         ("Does Tom still work out every morning?", "fitness"),
         ("How does the user earn a living?", "job"),
         ("What line of work is Ana in?", "job"),
+        ("How does Ali make his money?", "job"),
+        ("Who has Dev been on the payroll of since May?", "job"),
+        ("What does Jun get up to outside of work?", "hobby"),
         ("What can Ravi not eat these days?", "diet"),
         ("Does Bea eat meat?", "diet"),
         ("Is Kofi seeing anyone?", "partner"),
@@ -62,6 +65,9 @@ def test_an_idiom_names_the_attribute_it_asks(question: str, attribute: str) -> 
         "Which day works for Melanie?",
         "Did she call home last night?",
         "What motor skills did the kid learn?",
+        # "make money" as a plan, "outside the office" as a place.
+        "Will the bake sale make money?",
+        "Who did Ana meet outside the office?",
     ],
 )
 def test_a_question_without_an_idiom_leaves_the_reading_to_the_vector(question: str) -> None:

@@ -177,6 +177,7 @@ def _lend(
                 "semantic": 0.0,
                 "bm25": 0.0,
                 **({"relative": relative} if relative is not None else {}),
+                "speaker_named": bool(anchor.explain.get("speaker_named")),
                 "method": anchor.explain.get("method"),
             },
         )

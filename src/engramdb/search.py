@@ -80,27 +80,48 @@ __all__ = [
 
 
 DEFAULT_KNOTS: tuple[tuple[float, float], ...] = (
-    (0.0632, 0.0025),
-    (0.1963, 0.0035),
-    (0.3588, 0.0046),
-    (0.4266, 0.005),
-    (0.4748, 0.0055),
-    (0.5248, 0.0088),
-    (0.5744, 0.016),
-    (0.6245, 0.0276),
-    (0.6748, 0.0506),
-    (0.7233, 0.0737),
-    (0.7728, 0.1389),
-    (0.823, 0.2966),
-    (0.8745, 0.4078),
-    (0.9206, 0.4772),
-    (0.9621, 0.627),
+    (0.1429, 0.0022),
+    (0.2237, 0.0043),
+    (0.2725, 0.0082),
+    (0.323, 0.0104),
+    (0.3755, 0.0252),
+    (0.4238, 0.0274),
+    (0.4723, 0.0322),
+    (0.5242, 0.0376),
+    (0.5738, 0.05),
+    (0.6216, 0.2529),
+    (0.6735, 0.3272),
+    (0.7248, 0.3751),
+    (0.7721, 0.5584),
+    (0.8259, 0.7121),
+    (0.8727, 0.7504),
+    (0.9539, 0.8408),
 )
-"""The shipped calibration curve: ``(relative, probability of an answer)``, fitted by
-``scripts/fit_calibration.py`` (isotonic, 0.05 bins) on the development suite's dump
-(``engram bench retrieval --dump``, 2026-12-05, with the attribute part: facts, LoCoMo
-turns, updates, extracted facts, each shape weighing the same; held-out ECE 0.009-0.024,
-docs/retrieval.md)."""
+"""The shipped calibration curve for a question that names none of the memories'
+speakers: ``(relative, probability of an answer)``, fitted by ``scripts/fit_calibration.py``
+(isotonic, 0.05 bins) on the development suite's dump (``engram bench retrieval --dump``,
+2026-12-05: facts, LoCoMo turns, updates, extracted facts, each shape weighing the same;
+these questions are mostly the facts shape's; held-out ECE 0.010-0.012, docs/retrieval.md)."""
+
+DEFAULT_SPEAKER_KNOTS: tuple[tuple[float, float], ...] = (
+    (0.2135, 0.0),
+    (0.3113, 0.0014),
+    (0.3773, 0.0016),
+    (0.427, 0.0019),
+    (0.4754, 0.0027),
+    (0.5252, 0.0048),
+    (0.5743, 0.0131),
+    (0.6241, 0.0233),
+    (0.6745, 0.0471),
+    (0.723, 0.0639),
+    (0.7716, 0.1497),
+    (0.8238, 0.2993),
+    (0.8751, 0.4202),
+    (0.9224, 0.4583),
+    (0.9585, 0.5467),
+)
+"""The shipped curve for a question that names a speaker of the memories (the actor
+part in play), fitted beside :data:`DEFAULT_KNOTS` on the same dump."""
 
 
 class ScoreCalibration(BaseModel):
@@ -131,7 +152,12 @@ class ScoreCalibration(BaseModel):
     embeds queries and passages with different prefixes, so it is not 1)."""
 
     knots: tuple[tuple[float, float], ...] = DEFAULT_KNOTS
-    """``(relative, probability)`` points, both strictly increasing (empty: the logistic)."""
+    """``(relative, probability)`` points, both strictly increasing (empty: the logistic),
+    for a query that names none of the memories' speakers."""
+    speaker_knots: tuple[tuple[float, float], ...] = DEFAULT_SPEAKER_KNOTS
+    """The same for a query that names a speaker of the memories (the actor part in
+    play: every memory that person said gains it, so a ``relative`` as high answers
+    less often); empty: ``knots``."""
     center: float = Field(default=0.77, ge=0, le=1)
     """The logistic's ``relative`` that maps to 0.5 (used when ``knots`` is empty)."""
     width: float = Field(default=0.06, gt=0, le=1)
@@ -140,12 +166,17 @@ class ScoreCalibration(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _logistic_when_asked(cls, data: Any) -> Any:
-        # A config that sets the logistic's centre or width means that curve.
-        if isinstance(data, dict) and "knots" not in data and ({"center", "width"} & set(data)):
-            return {**data, "knots": ()}
+        # A config that sets the logistic's centre or width means that curve; one
+        # that sets ``knots`` alone means them for every query.
+        if not isinstance(data, dict):
+            return data
+        if "knots" not in data and ({"center", "width"} & set(data)):
+            data = {**data, "knots": ()}
+        if "knots" in data and "speaker_knots" not in data:
+            data = {**data, "speaker_knots": ()}
         return data
 
-    @field_validator("knots")
+    @field_validator("knots", "speaker_knots")
     @classmethod
     def _increasing(cls, knots: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
         for (x0, y0), (x1, y1) in itertools.pairwise(knots):
@@ -155,14 +186,17 @@ class ScoreCalibration(BaseModel):
             raise ValueError("calibration knots' probabilities must lie in [0, 1]")
         return knots
 
-    @field_serializer("knots")
+    @field_serializer("knots", "speaker_knots")
     def _knots_as_lists(self, knots: tuple[tuple[float, float], ...]) -> list[list[float]]:
         # As JSON has them, so a dumped config equals itself read back from a file.
         return [[x, y] for x, y in knots]
 
-    def apply(self, relative: float) -> float:
-        """The calibrated score of a relative fused score (see the class)."""
-        knots = self.knots
+    def apply(self, relative: float, speaker: bool = False) -> float:
+        """The calibrated score of a relative fused score (see the class).
+
+        ``speaker``: the query names a speaker of the memories (``speaker_knots``).
+        """
+        knots = (self.speaker_knots or self.knots) if speaker else self.knots
         if knots:
             if relative <= knots[0][0]:
                 return knots[0][1]
@@ -824,7 +858,8 @@ def fuse(
     active += w_t
     active = active or 1.0
     # A perfect match is one of the words (the attribute part adds to it, up to 1).
-    best = _best_fused(candidates, config, bool(bm_ranks), ent, any(actor.values()), active)
+    named = any(actor.values())
+    best = _best_fused(candidates, config, bool(bm_ranks), ent, named, active)
     # The factors below only lower a score, and each reads the candidate's text:
     # they are read for the candidates that can still reach the first ``limit``.
     use_informative = config.informative_terms > 0
@@ -937,6 +972,7 @@ def fuse(
                         cand.row,
                     ),
                     **({"relative": min(1.0, score / best)} if best else {}),
+                    "speaker_named": named,
                     **({"informative": factors[i][0]} if use_informative else {}),
                     **({"chatter": factors[i][1]} if use_chatter else {}),
                     **({"other_subject": factors[i][2]} if use_other else {}),
@@ -1023,7 +1059,14 @@ def calibrate(hits: list[Hit], config: FusionConfig) -> list[Hit]:
     cal = config.calibration
     if cal is None:
         return hits
-    return [Hit(h.row, cal.apply(h.explain.get("relative", h.score)), h.explain) for h in hits]
+    return [
+        Hit(
+            h.row,
+            cal.apply(h.explain.get("relative", h.score), bool(h.explain.get("speaker_named"))),
+            h.explain,
+        )
+        for h in hits
+    ]
 
 
 def apply_rerank(hits: list[Hit], grades: list[float], weight: float) -> list[Hit]:

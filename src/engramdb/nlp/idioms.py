@@ -42,6 +42,8 @@ IDIOMS: Final[Mapping[str, str]] = {
         r"|\bunwind(?:s|ing)?\b|\bto\s+relax\b|\bwhen\s+(?:\w+\s+)?(?:is|are|isn't|aren't)\s+"
         r"(?:not\s+)?working\b"
         rf"|\b(?:keep|keeps|keeping)\s+{_SELF}\s+(?:busy|occupied|entertained)\b"
+        # "into outside of work", "do outside work": what is not work
+        r"|\boutside\s+(?:of\s+)?(?:work|(?:their|his|her|your|my)\s+job)\b"
     ),
     "fitness": (
         rf"\b(?:{_KEEP})\s+(?:fit|in\s+shape|active|healthy)\b"
@@ -51,7 +53,12 @@ IDIOMS: Final[Mapping[str, str]] = {
         r"|\bget(?:s|ting)?\s+(?:their|his|her|your|my|some)?\s*exercise\b|\bbreak\s+a\s+sweat\b"
     ),
     "job": (
-        r"\bfor\s+a\s+living\b|\bearn(?:s|ing)?\s+(?:a|their|his|her|your|my)\s+living\b"
+        r"\bfor\s+a\s+living\b|\b(?:earn|make)(?:s|ing)?\s+(?:a|their|his|her|your|my)\s+living\b"
+        # "earn money", "how does Ali make his money": not "will this make money"
+        r"|\bearn(?:s|ing)?\s+(?:(?:their|his|her|your|my)\s+)?(?:money|an\s+income)\b"
+        r"|\bhow\s+(?:do|does|did)\s+\w+(?:\s+\w+)?\s+make\s+(?:(?:their|his|her|your|my)\s+)?"
+        r"(?:money|an\s+income)\b"
+        r"|\bon\s+the\s+payroll\b"
         r"|\bpays?\s+the\s+bills\b|\bline\s+of\s+work\b|\bdo(?:es)?\s+for\s+work\b"
         r"|\bday\s+job\b|\bnine\s*-?\s*to\s*-?\s*five\b"
         # "works as", "does Hannah work for", "working for": not "which day works for Mel"
