@@ -86,7 +86,7 @@ def relative_of(score: float, dumped: ScoreCalibration, speaker: bool = False) -
     Knots are inverted piecewise-linearly (a score at a flat end reads as that end);
     ``speaker``: the question named a speaker (the dump's ``speaker_knots``).
     """
-    knots = (dumped.speaker_knots or dumped.knots) if speaker else dumped.knots
+    knots = dumped.curve(speaker)
     if knots:
         xs = [x for x, _ in knots]
         ys = [y for _, y in knots]

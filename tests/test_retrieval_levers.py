@@ -34,7 +34,7 @@ from engramdb.llms import ScriptedLLM
 from engramdb.memory import Memory
 from engramdb.nlp.querytime import asks_when, mentions_time, query_periods
 from engramdb.rewrite import build_rewrite_prompt, looks_multipart, merge_hits, parse_rewrite
-from engramdb.search import DENSE_ONLY, HYBRID_RRF, KEYWORD_ONLY, FusionConfig, Hit
+from engramdb.search import DENSE_ONLY, HYBRID_RRF, KEYWORD_ONLY, FusionConfig, Hit, calibrate
 from engramdb.stores.base import Scope
 from engramdb_bench.locomo_folds import parse_grid
 
@@ -256,6 +256,23 @@ def test_lending_lifts_keeps_the_better_and_adds() -> None:
     assert "never" not in out
     ordered = lend_to_neighbours(hits, near, cfg)
     assert [h.score for h in ordered] == sorted((h.score for h in ordered), reverse=True)
+
+
+def test_a_neighbour_that_joins_reads_its_lender_s_calibration_curve() -> None:
+    # A question that names a speaker reads the speaker curve (search.py); a turn that
+    # joins only as a neighbour was never fused, so it takes the flag from its lender.
+    cfg = FusionConfig(neighbour_hits=1, neighbour_share=0.5, neighbour_span=1)
+    for named in (True, False):
+        anchor = _hit("anchor", 0.8)
+        anchor.explain["speaker_named"] = named
+        out = {
+            h.row.id: h for h in lend_to_neighbours([anchor], {"anchor": [(1, _row("new"))]}, cfg)
+        }
+        assert out["new"].explain["speaker_named"] is named
+        (scored,) = [h for h in calibrate(list(out.values()), cfg) if h.row.id == "new"]
+        cal = cfg.calibration
+        assert cal is not None and scored.score == cal.apply(0.4, named)
+    assert cal.apply(0.8, True) != cal.apply(0.8, False)
 
 
 def test_neighbours_lent_the_same_score_keep_the_order_they_were_said_in() -> None:

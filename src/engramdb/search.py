@@ -191,12 +191,19 @@ class ScoreCalibration(BaseModel):
         # As JSON has them, so a dumped config equals itself read back from a file.
         return [[x, y] for x, y in knots]
 
+    def curve(self, speaker: bool = False) -> tuple[tuple[float, float], ...]:
+        """The knots a query reads (empty: the logistic).
+
+        ``speaker_knots`` when it names a speaker and there are some, else ``knots``.
+        """
+        return (self.speaker_knots or self.knots) if speaker else self.knots
+
     def apply(self, relative: float, speaker: bool = False) -> float:
         """The calibrated score of a relative fused score (see the class).
 
-        ``speaker``: the query names a speaker of the memories (``speaker_knots``).
+        ``speaker``: the query names a speaker of the memories (:meth:`curve`).
         """
-        knots = (self.speaker_knots or self.knots) if speaker else self.knots
+        knots = self.curve(speaker)
         if knots:
             if relative <= knots[0][0]:
                 return knots[0][1]
@@ -842,7 +849,8 @@ def fuse(
     # the query (a name alone) weighs as little in the normalisation as it adds.
     active += w_b * top_cover**cover_power if bm_ranks else 0.0
     active += w_e if ent_ranks else 0.0
-    active += w_a if any(actor.values()) else 0.0
+    named = any(actor.values())
+    active += w_a if named else 0.0
     # The attribute part: how much each memory is about what the question asks
     # (attributes.py); the weighted mean's alone.
     stats = candidates[0].term_stats if candidates else None
@@ -858,7 +866,6 @@ def fuse(
     active += w_t
     active = active or 1.0
     # A perfect match is one of the words (the attribute part adds to it, up to 1).
-    named = any(actor.values())
     best = _best_fused(candidates, config, bool(bm_ranks), ent, named, active)
     # The factors below only lower a score, and each reads the candidate's text:
     # they are read for the candidates that can still reach the first ``limit``.
