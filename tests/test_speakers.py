@@ -13,10 +13,16 @@ from typing import Any
 import pytest
 
 from engramdb import Memory
-from engramdb.core.records import Candidate, MemoryRow
+from engramdb.core.records import Candidate, MemoryRow, NewMessage
 from engramdb.embedders import LocalEmbedder
 from engramdb.nlp.vocative import without_vocatives
-from engramdb.speakers import name_free_query, speaker_candidates, speaker_terms, spoken_names
+from engramdb.speakers import (
+    name_free_query,
+    opens_with_speaker,
+    recent_speakers,
+    speaker_candidates,
+    speaker_terms,
+)
 
 # Bram addresses Sofia by name; Sofia states her job in the first person.
 _TALK = [
@@ -89,13 +95,34 @@ def test_the_name_free_question() -> None:
 
 
 def test_only_names_that_are_speakers_count() -> None:
-    cands = [
-        Candidate(row=_row(1, "hello", "Sofia"), semantic=0.8, bm25=0.0),
-        Candidate(row=_row(2, "hi", None), semantic=0.8, bm25=0.0),
+    said = [
+        NewMessage("user", "hello", "Sofia"),
+        NewMessage("user", "hi there", None),
+        NewMessage("assistant", "hey", "Bram Visser"),
     ]
-    assert spoken_names({"sofia", "gdansk"}, cands) == {"sofia"}
-    assert spoken_names({"gdansk"}, cands) == frozenset()
-    assert spoken_names(set(), cands) == frozenset()
+    assert recent_speakers({"sofia", "gdansk"}, said) == {"sofia"}
+    assert recent_speakers({"bram visser", "bram"}, said) == {"bram visser"}
+    assert recent_speakers({"gdansk"}, said) == frozenset()
+    assert recent_speakers(set(), said) == frozenset()
+    assert recent_speakers({"sofia"}, []) == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("text", "opens"),
+    [
+        ("Sofia works at Greystone Insurance.", True),
+        ("Sofia's brother lives in Gdansk.", True),
+        # Addressed, not about her; her own turn; someone else's fact.
+        ("Sofia, how is life in Gdansk?", False),
+        ("Just got my badge at Greystone.", False),
+        ("Bram works at the port.", False),
+        ("I told Sofia about the job.", False),
+    ],
+)
+def test_a_fact_that_opens_with_the_speaker(text: str, opens: bool) -> None:
+    cands = [Candidate(row=_row(1, text, "Bram"), semantic=0.5, bm25=0.0)]
+    assert opens_with_speaker(cands, {"sofia"}) is opens
+    assert opens_with_speaker([], {"sofia"}) is False
 
 
 def test_a_memory_that_names_the_speaker_keeps_the_whole_questions_cosine() -> None:
@@ -164,3 +191,34 @@ def test_a_question_about_a_speaker_finds_what_she_said(
 )
 def test_vocatives(text: str, kept: str | None) -> None:
     assert without_vocatives(text) == (text if kept is None else kept)
+
+
+def test_a_conversation_pays_one_query_embedding_for_a_speaker_question(
+    db_path: Path, embedder: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    embedded: list[str] = []
+    real = embedder.embed_query
+
+    def counted(text: str) -> Any:
+        embedded.append(text)
+        return real(text)
+
+    monkeypatch.setattr(embedder, "embed_query", counted)
+    # The speaker lever measured alone, as in the test above.
+    config = {"retrieval": {"speaker_names": True, "attribute_gate": 0.0}, "query_cache": 0}
+    with Memory(db_path, config=config, embedder=embedder, llm=None) as m:
+        _talk(m)
+        embedded.clear()
+        hits = m.search(_QUESTION, user_id="u", top_k=7, explain=True)["results"]
+        # Her turns say "I": the name-free question alone, embedded once.
+        assert embedded == ["Where is employed?"]
+        assert hits[0]["memory"] == _ANSWER
+        # A fact that opens with her name: the whole question is embedded too.
+        m.add("Sofia works at Greystone Insurance.", user_id="u", infer=False)
+        embedded.clear()
+        m.search(_QUESTION, user_id="u", top_k=7)
+        assert sorted(embedded) == ["Where is Sofia employed?", "Where is employed?"]
+        # A name that is no speaker of the scope: the question as asked, once.
+        embedded.clear()
+        m.search("Who lives in Gdansk?", user_id="u", top_k=3)
+        assert embedded == ["Who lives in Gdansk?"]

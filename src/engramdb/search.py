@@ -71,6 +71,7 @@ __all__ = [
     "names_newer",
     "plan_query",
     "query_embedding_text",
+    "query_names",
     "rank_superseded",
     "recency_factor",
     "subject_free_text",
@@ -292,13 +293,15 @@ class FusionConfig(BaseModel):
     entity_weight: float = Field(default=0.1, ge=0)
     actor_weight: float = Field(default=0.2, ge=0)
     speaker_names: bool = False
-    """A query naming a speaker of the scope (an ``actor_id`` among its first
-    candidates) is searched again with the name as who, not what: not a keyword
-    or entity key, and left out of the query's vector for the memories whose
-    text does not say it (:mod:`engramdb.speakers`). Off by default: it costs a
-    second query embedding and candidate read for such queries (search p50 on
-    LoCoMo questions 6.4 -> 15.4 ms, behind mem0's 13 ms), for held-out LoCoMo
-    P@1 +0.034 and verbatim "what holds now" +0.084 (docs/retrieval.md)."""
+    """A query naming a speaker of the scope (the ``name`` of one of its newest stored
+    messages) is searched with the name as who, not what: not a keyword or entity
+    key, and left out of the query's vector; only when a candidate is a fact that
+    opens with the speaker's name is the whole question embedded and read too
+    (:mod:`engramdb.speakers`). A store of conversation turns pays no more than
+    for any question (search p50 on 2,000 LoCoMo turns within 0.3 ms of off); a
+    store of facts about named people pays a second embedding and candidate read.
+    Held-out LoCoMo P@1 +0.025, any@10 +0.022, all@10 +0.026 (docs/retrieval.md).
+    Off by default until the speaker calibration curve is refitted with it on."""
     rrf_k: float = Field(default=60.0, gt=0)
     cosine_floor: float = Field(default=0.7, ge=-1, lt=1)
     """multilingual-e5-small puts unrelated sentences at 0.70-0.82: that is "nothing"."""
@@ -603,6 +606,11 @@ def subject_terms(user_id: str | None) -> frozenset[str]:
     return frozenset(out)
 
 
+def query_names(query: str, config: FusionConfig) -> list[str]:
+    """The entity keys a query may name (:attr:`QueryPlan.names`), when a signal reads them."""
+    return _entity_keys(query) if config.entity_weight > 0 or config.actor_weight > 0 else []
+
+
 def plan_query(
     query: str, config: FusionConfig, subject: frozenset[str] = frozenset()
 ) -> QueryPlan:
@@ -613,7 +621,7 @@ def plan_query(
     speaker for the actor signal).
     """
     terms = query_terms(_PRESENT.sub(" ", query)) if config.bm25_weight > 0 else []
-    keys = _entity_keys(query) if config.entity_weight > 0 or config.actor_weight > 0 else []
+    keys = query_names(query, config)
     if subject:
         terms = [t for t in terms if t not in subject]
         entities = [k for k in keys if not (set(k.split()) <= subject)]

@@ -11,21 +11,25 @@ prefix of every turn she said (``embed_actor``), so the shortest of them
 of its own (``actor``): the name is a fact about the scope here, as the
 user's own id is (:func:`engramdb.search.subject_terms`).
 
-So when the first candidates show that a name of the query is a speaker
-(an ``actor_id``) of the scope, the search runs once more:
+So when a name of the query is a speaker of the scope (the ``name`` of one of
+its last :data:`SPEAKER_MESSAGES` stored messages: :func:`recent_speakers`),
+the search reads it once, known before its vector is made:
 
 - without the name as a keyword or entity key;
-- with the query's vector taken without the name (:func:`name_free_query`),
-  for the memories whose text does not say the name (a speaker's own turns);
-- a memory whose text names the speaker as its subject ("Sofia works at
-  Greystone Insurance": a fact about her, as extraction writes them; not
-  "Sofia, how are you?", which addresses her) keeps the cosine of the whole
-  question, where the name is what tells Sofia's facts from Bram's
-  (:func:`speaker_candidates`).
+- with the query's vector taken without the name (:func:`name_free_query`);
+- only when a candidate opens with the speaker's name as its subject ("Sofia
+  works at Greystone Insurance": a fact about her, as extraction writes them;
+  not "Sofia, how are you?", which addresses her: :func:`opens_with_speaker`),
+  the whole question is embedded and read as well, and a memory whose text
+  names the speaker keeps the whole question's cosine, where the name is what
+  tells Sofia's facts from Bram's (:func:`speaker_candidates`).
 
-``FusionConfig.speaker_names`` (off by default: it costs a second query
-embedding and candidate read) turns it on. Measured in docs/retrieval.md
-("Questions about a speaker").
+A store of conversation turns, where a speaker's turns say "I" and rarely open
+with her own name, so pays one query embedding and one candidate read, as a
+question naming nobody does; a store of facts about named people pays two.
+
+``FusionConfig.speaker_names`` (off by default) turns it on. Measured in
+docs/retrieval.md ("Questions about a speaker").
 """
 
 from __future__ import annotations
@@ -33,22 +37,58 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import Final
 
-from engramdb.core.records import Candidate
+from engramdb.core.records import Candidate, NewMessage
 from engramdb.nlp.entities import normalize_entity
+from engramdb.nlp.subjects import opening_name
 from engramdb.nlp.terms import query_terms
 from engramdb.nlp.vocative import without_vocatives
 
-__all__ = ["name_free_query", "speaker_candidates", "speaker_terms", "spoken_names"]
+__all__ = [
+    "SPEAKER_MESSAGES",
+    "name_free_query",
+    "opens_with_speaker",
+    "recent_speakers",
+    "speaker_candidates",
+    "speaker_terms",
+]
+
+SPEAKER_MESSAGES: Final = 64
+"""Stored messages of the scope read for its speakers' names (the newest ones)."""
 
 
-def spoken_names(names: Iterable[str], candidates: Sequence[Candidate]) -> frozenset[str]:
-    """The query's entity keys (``QueryPlan.names``) that are speakers among ``candidates``."""
+def recent_speakers(names: Iterable[str], messages: Sequence[NewMessage]) -> frozenset[str]:
+    """The query's entity keys (``QueryPlan.names``) that are the ``name`` of one of ``messages``.
+
+    ``messages``: the scope's newest stored messages (``Store.recent_messages``).
+    Read before the query's vector is made, so that a question about a speaker
+    embeds only its name-free text; a conversation's speakers take turns, so
+    its last messages carry their names.
+    """
     wanted = frozenset(names)
     if not wanted:
         return frozenset()
-    actors = {c.row.actor_id for c in candidates if c.row.actor_id}
-    return frozenset(wanted & {normalize_entity(a) for a in actors})
+    said = {normalize_entity(m.name) for m in messages if m.name}
+    return frozenset(wanted & said)
+
+
+@lru_cache(maxsize=1 << 13)
+def _opening(text: str) -> str | None:
+    """The person ``text`` opens with as its subject, not a name it addresses (cached)."""
+    return opening_name(without_vocatives(text), possessor=True)
+
+
+def opens_with_speaker(candidates: Sequence[Candidate], names: Iterable[str]) -> bool:
+    """Whether one of ``candidates`` opens with one of ``names`` as its subject.
+
+    "Sofia works at Greystone Insurance" does, and needs the whole question's
+    cosine to be told from Bram's facts; "Sofia, how's work?" (Bram addressing
+    her) and her own turns ("Just got my badge") do not.
+    """
+    wanted = frozenset(names)
+    return any(_opening(c.row.text) in wanted for c in candidates)
 
 
 def speaker_terms(names: Iterable[str]) -> frozenset[str]:
@@ -103,7 +143,10 @@ def speaker_candidates(
     pool = {c.row.id: c for c in bare}
     scale = bare[0].bm25_best if bare else 0.0
     for cand in whole:
-        if not mentions.search(without_vocatives(cand.row.text)):
+        # Removing vocatives only removes words: a text that does not say the name
+        # at all (most of them) needs no closer look.
+        text = cand.row.text
+        if not mentions.search(text) or not mentions.search(without_vocatives(text)):
             continue
         mine = pool.get(cand.row.id)
         if mine is not None:

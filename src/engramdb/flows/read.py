@@ -90,11 +90,19 @@ from engramdb.search import (
     newer_first,
     plan_query,
     query_embedding_text,
+    query_names,
     rank_superseded,
     subject_terms,
     when,
 )
-from engramdb.speakers import name_free_query, speaker_candidates, speaker_terms, spoken_names
+from engramdb.speakers import (
+    SPEAKER_MESSAGES,
+    name_free_query,
+    opens_with_speaker,
+    recent_speakers,
+    speaker_candidates,
+    speaker_terms,
+)
 from engramdb.stores.base import MemoryRow, Scope, Store
 
 log = logging.getLogger("engramdb")
@@ -209,7 +217,11 @@ class ReadFlows(FlowState):
         if rerank and (self.fusion.rerank is None or self.reranker is None):
             log.debug("search(rerank=True): no reranker is configured; fused order kept")
         yield from self._bind()
-        vec = yield EmbedQuery(query_embedding_text(text, self.fusion))
+        # A question about a speaker of the scope embeds its text without the name
+        # (speakers.py): known before the vector is made, so that it is made once.
+        spoken = (yield from self._speakers(scope, text)) if self.fusion.speaker_names else None
+        said = name_free_query(text, spoken) if spoken else text
+        vec = yield EmbedQuery(query_embedding_text(said, self.fusion))
         subqueries = yield from self._rewrite(text)
 
         def ordered(
@@ -226,6 +238,7 @@ class ReadFlows(FlowState):
                 include_expired=bool(show_expired) or at is not None,
                 at=at,
                 include_superseded=bool(include_superseded),
+                spoken=spoken or frozenset(),
             )
 
         # The first ORDER_DEPTH results are settled on ORDER_DEPTH hits whatever
@@ -559,8 +572,13 @@ class ReadFlows(FlowState):
         include_expired: bool,
         at: str | None,
         include_superseded: bool,
+        spoken: frozenset[str] = frozenset(),
     ) -> Flow[tuple[list[Hit], dict[str, list[MemoryRow]]]]:
-        """``depth`` hits in their final order (fusion, levers, chains), and their superseders."""
+        """``depth`` hits in their final order (fusion, levers, chains), and their superseders.
+
+        ``spoken``: the speakers the question names (:meth:`_speakers`); ``vec``
+        is then the vector of its name-free text.
+        """
         hits = yield from self._hybrid(
             scope,
             where,
@@ -571,6 +589,7 @@ class ReadFlows(FlowState):
             rerank=rerank,
             include_expired=include_expired,
             now=at,
+            spoken=spoken,
         )
         # Read the question's tense only for a lever that uses it (both off by default).
         present = (
@@ -601,6 +620,14 @@ class ReadFlows(FlowState):
         if present and self.fusion.present_alike_cosine > 0 and len(hits) > 1:
             hits = yield from self._newer_first(hits)
         return hits, supers
+
+    def _speakers(self, scope: Scope, query: str) -> Flow[frozenset[str]]:
+        """The speakers of the scope that ``query`` names (:func:`recent_speakers`)."""
+        names = query_names(query, self.fusion)
+        if not names:
+            return frozenset()
+        messages = yield from store_call(Store.recent_messages, scope, SPEAKER_MESSAGES)
+        return recent_speakers(names, messages)
 
     def _plan(self, query: str, subject: frozenset[str], vec: Any) -> QueryPlan:
         """The query's plan (search.py), with the attribute terms its vector asks about."""
@@ -664,6 +691,7 @@ class ReadFlows(FlowState):
         rerank: bool = False,
         include_expired: bool = False,
         now: str | None = None,
+        spoken: frozenset[str] = frozenset(),
     ) -> Flow[list[Hit]]:
         """Candidates from every signal, fused (search.py); reranked if configured.
 
@@ -673,19 +701,25 @@ class ReadFlows(FlowState):
         """
         cfg = self.fusion
         subject = subject_terms(scope.user_id)
-        plan = self._plan(query, subject, vec)
         second = cfg.rerank if rerank else None
         want = max(k, second.pool) if second is not None else k
         n = max(cfg.pool, want)
-        candidates = yield from self._candidates(scope, where, vec, plan, n, include_expired)
-        spoken = spoken_names(plan.names, candidates) if cfg.speaker_names else frozenset()
         if spoken:
-            # The query names a speaker of the scope: search again with the name
-            # as who, not what (speakers.py).
+            # The query names a speaker of the scope: the name says who, not what
+            # (speakers.py); ``vec`` is the name-free question's.
             plan = self._plan(query, subject | speaker_terms(spoken), vec)
-            bare_vec = yield EmbedQuery(query_embedding_text(name_free_query(query, spoken), cfg))
-            bare = yield from self._candidates(scope, where, bare_vec, plan, n, include_expired)
-            candidates = speaker_candidates(candidates, bare, spoken)
+            candidates = yield from self._candidates(scope, where, vec, plan, n, include_expired)
+            if opens_with_speaker(candidates, spoken):
+                # Facts about the speaker by name: the whole question tells hers apart.
+                whole_vec = yield EmbedQuery(query_embedding_text(query, cfg))
+                whole_plan = self._plan(query, subject, whole_vec)
+                whole = yield from self._candidates(
+                    scope, where, whole_vec, whole_plan, n, include_expired
+                )
+                candidates = speaker_candidates(whole, candidates, spoken)
+        else:
+            plan = self._plan(query, subject, vec)
+            candidates = yield from self._candidates(scope, where, vec, plan, n, include_expired)
         owners = (
             owner_names(plan.names, candidates, query) if cfg.owner_names and not spoken else None
         )
