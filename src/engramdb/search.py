@@ -41,7 +41,7 @@ from engramdb.nlp import (
 )
 from engramdb.nlp.facets import EMPLOYER, asked_work_facet, said_work_facets
 from engramdb.nlp.stopwords import STOP_WORDS
-from engramdb.nlp.subjects import asked_relations, opening_name, opening_relation
+from engramdb.nlp.subjects import asked_relations, opening_name, opening_person, opening_relation
 from engramdb.nlp.terms import ATTRIBUTE_PREFIX
 from engramdb.nlp.vocative import without_vocatives
 from engramdb.rerank import RerankConfig
@@ -1274,10 +1274,9 @@ def _stating(candidates: Sequence[Candidate]) -> list[bool]:
     ]
 
 
-@lru_cache(maxsize=1 << 13)
 def _opens_with_name(text: str) -> bool:
-    """Whether a text opens with a name as its subject, past any greeting (cached)."""
-    return opening_name(without_vocatives(text), possessor=True) is not None
+    """Whether a text opens with a name as its subject, past any greeting."""
+    return opening_person(text) is not None
 
 
 def _about_named(row: MemoryRow, names: frozenset[str]) -> bool:
@@ -1285,7 +1284,7 @@ def _about_named(row: MemoryRow, names: frozenset[str]) -> bool:
     if row.actor_id and normalize_entity(row.actor_id) in names:
         return True
     # "Sofia, sorry I went quiet" addresses Sofia: it is not about her.
-    return opening_name(without_vocatives(row.text), possessor=True) in names
+    return opening_person(row.text) in names
 
 
 def _on_side(holders: list[Candidate], facet: str) -> list[Candidate]:

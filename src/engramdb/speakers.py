@@ -37,12 +37,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
 from typing import Final
 
 from engramdb.core.records import Candidate, NewMessage
 from engramdb.nlp.entities import normalize_entity
-from engramdb.nlp.subjects import opening_name
+from engramdb.nlp.subjects import opening_person
 from engramdb.nlp.terms import query_terms
 from engramdb.nlp.vocative import without_vocatives
 
@@ -74,12 +73,6 @@ def recent_speakers(names: Iterable[str], messages: Sequence[NewMessage]) -> fro
     return frozenset(wanted & said)
 
 
-@lru_cache(maxsize=1 << 13)
-def _opening(text: str) -> str | None:
-    """The person ``text`` opens with as its subject, not a name it addresses (cached)."""
-    return opening_name(without_vocatives(text), possessor=True)
-
-
 def opens_with_speaker(candidates: Sequence[Candidate], names: Iterable[str]) -> bool:
     """Whether one of ``candidates`` opens with one of ``names`` as its subject.
 
@@ -88,7 +81,7 @@ def opens_with_speaker(candidates: Sequence[Candidate], names: Iterable[str]) ->
     her) and her own turns ("Just got my badge") do not.
     """
     wanted = frozenset(names)
-    return any(_opening(c.row.text) in wanted for c in candidates)
+    return any(opening_person(c.row.text) in wanted for c in candidates)
 
 
 def speaker_terms(names: Iterable[str]) -> frozenset[str]:

@@ -219,7 +219,9 @@ class ReadFlows(FlowState):
         yield from self._bind()
         # A question about a speaker of the scope embeds its text without the name
         # (speakers.py): known before the vector is made, so that it is made once.
-        spoken = (yield from self._speakers(scope, text)) if self.fusion.speaker_names else None
+        spoken = (
+            (yield from self._speakers(scope, text)) if self.fusion.speaker_names else frozenset()
+        )
         said = name_free_query(text, spoken) if spoken else text
         vec = yield EmbedQuery(query_embedding_text(said, self.fusion))
         subqueries = yield from self._rewrite(text)
@@ -238,7 +240,7 @@ class ReadFlows(FlowState):
                 include_expired=bool(show_expired) or at is not None,
                 at=at,
                 include_superseded=bool(include_superseded),
-                spoken=spoken or frozenset(),
+                spoken=spoken,
             )
 
         # The first ORDER_DEPTH results are settled on ORDER_DEPTH hits whatever

@@ -26,8 +26,15 @@ from engramdb.nlp._lemma import is_english_word
 from engramdb.nlp.entities import normalize_entity
 from engramdb.nlp.stopwords import STOP_WORDS
 from engramdb.nlp.terms import index_terms
+from engramdb.nlp.vocative import without_vocatives
 
-__all__ = ["RELATION_GROUPS", "asked_relations", "opening_name", "opening_relation"]
+__all__ = [
+    "RELATION_GROUPS",
+    "asked_relations",
+    "opening_name",
+    "opening_person",
+    "opening_relation",
+]
 
 RELATION_GROUPS: Final = {
     "partner": "partner wife husband boyfriend girlfriend fiance fiancee spouse",
@@ -162,6 +169,17 @@ _NAME_OPENING = re.compile(
     r"^\s*(?P<name>[A-Z][^\W\d_]+(?:[-\s][A-Z][^\W\d_]+)?)"
     r"(?:(?P<poss>['\u2019]s?)(?=\s)|\s+(?=[a-z]))"
 )
+
+
+@functools.lru_cache(maxsize=8192)
+def opening_person(text: str) -> str | None:
+    """The person a text opens with, as :func:`opening_name` with ``possessor``, or ``None``.
+
+    Past any name it opens by addressing someone: "Sofia, how is work?" is
+    said *to* Sofia (:func:`~engramdb.nlp.vocative.without_vocatives`), not
+    about her.
+    """
+    return opening_name(without_vocatives(text), possessor=True)
 
 
 @functools.lru_cache(maxsize=8192)
