@@ -272,8 +272,13 @@ TURNS = [
 def chat(
     request: pytest.FixtureRequest, tmp_path: Path, embedder: LocalEmbedder
 ) -> Iterator[Memory]:
-    """Two speakers' turns, one add per session, stored verbatim (no LLM, no links)."""
-    m = _memory(request, tmp_path / "chat.db", embedder, {})
+    """Two speakers' turns, one add per session, stored verbatim (no LLM, no links).
+
+    The speaker lever is off: it alone already ranks Sofia's newest job first
+    (:func:`test_the_default_answers_the_latest_job`), and these tests are of the
+    currency lever, which moves the latest statement up when the ranking did not.
+    """
+    m = _memory(request, tmp_path / "chat.db", embedder, {"speaker_names": False})
     for when in sorted({t[0] for t in TURNS}):
         m.add(
             [{"role": "user", "name": who, "content": text} for d, who, text in TURNS if d == when],
@@ -306,6 +311,26 @@ def test_the_latest_statement_of_the_asked_attribute_holds_now(chat: Memory) -> 
     # a question about many things is not one value
     many = chat.search("How many jobs has Sofia had?", user_id="pair", explain=True)["results"]
     assert all("latest_of" not in h["score_details"] for h in many)
+
+
+def test_the_default_answers_the_latest_job(tmp_path: Path, embedder: LocalEmbedder) -> None:
+    with Memory(tmp_path / "default.db", embedder=embedder) as m:
+        for when in sorted({t[0] for t in TURNS}):
+            m.add(
+                [{"role": "user", "name": w, "content": x} for d, w, x in TURNS if d == when],
+                user_id="pair",
+                timestamp=when,
+                infer=False,
+            )
+        for question, answer in (
+            ("Where is Sofia employed?", "Greystone"),
+            ("Where does Bram work?", "paramedic"),
+        ):
+            for k in (1, 5, 50):
+                got = m.search(question, user_id="pair", top_k=k)["results"]
+                assert answer in got[0]["memory"], (question, k, got[0]["memory"])
+        then = m.search("Where did Sofia work?", user_id="pair", as_of="2024-04-01")["results"]
+        assert "Larkspur" in then[0]["memory"]
 
 
 def test_attribute_currency_can_be_turned_off(tmp_path: Path, embedder: LocalEmbedder) -> None:

@@ -15,7 +15,9 @@ import pytest
 from engramdb import Memory
 from engramdb.core.records import Candidate, MemoryRow, NewMessage
 from engramdb.embedders import LocalEmbedder
+from engramdb.llms.scripted import ScriptedLLM
 from engramdb.nlp.vocative import without_vocatives
+from engramdb.search import other_subject_factors
 from engramdb.speakers import (
     name_free_query,
     opens_with_speaker,
@@ -23,6 +25,7 @@ from engramdb.speakers import (
     speaker_candidates,
     speaker_terms,
 )
+from engramdb_bench import knowledge_update as ku
 
 # Bram addresses Sofia by name; Sofia states her job in the first person.
 _TALK = [
@@ -150,14 +153,15 @@ def test_a_memory_that_names_the_speaker_keeps_the_whole_questions_cosine() -> N
 def test_a_question_about_a_speaker_finds_what_she_said(
     request: pytest.FixtureRequest, backend: str, db_path: Path, embedder: LocalEmbedder
 ) -> None:
-    with _open(request, backend, db_path, embedder) as m:  # the default: off
+    with _open(request, backend, db_path, embedder, speaker_names=False) as m:
         _talk(m)
         off = [r["memory"] for r in m.search(_QUESTION, user_id="u", top_k=7)["results"]]
     # Without the lever Bram's greetings, which say "Sofia", come first.
     assert off[0] != _ANSWER and off[0].startswith(("Hey Sofia", "Sofia,")), off
-    # The speaker lever measured alone. (With the default attribute terms, Bram's "work
-    # has been mad" carries @job at probability 0.26 and Sofia's badge turn none: the
-    # classifier cannot read "got my badge" as a job, and the passing mention wins.)
+    # The speaker lever (on by default) measured alone. (With the default attribute
+    # terms, Bram's "work has been mad" carries @job at probability 0.26 and Sofia's
+    # badge turn none: the classifier cannot read "got my badge" as a job, and the
+    # passing mention wins.)
     on = {"speaker_names": True, "attribute_gate": 0.0}
     with _open(request, backend, db_path.with_name("on.db"), embedder, **on) as m:
         _talk(m)
@@ -211,14 +215,53 @@ def test_a_conversation_pays_one_query_embedding_for_a_speaker_question(
         embedded.clear()
         hits = m.search(_QUESTION, user_id="u", top_k=7, explain=True)["results"]
         # Her turns say "I": the name-free question alone, embedded once.
-        assert embedded == ["Where is employed?"]
+        assert embedded == ["Where is someone employed?"]
         assert hits[0]["memory"] == _ANSWER
         # A fact that opens with her name: the whole question is embedded too.
         m.add("Sofia works at Greystone Insurance.", user_id="u", infer=False)
         embedded.clear()
         m.search(_QUESTION, user_id="u", top_k=7)
-        assert sorted(embedded) == ["Where is Sofia employed?", "Where is employed?"]
+        assert sorted(embedded) == ["Where is Sofia employed?", "Where is someone employed?"]
         # A name that is no speaker of the scope: the question as asked, once.
         embedded.clear()
         m.search("Who lives in Gdansk?", user_id="u", top_k=3)
         assert embedded == ["Who lives in Gdansk?"]
+
+
+@pytest.mark.parametrize(
+    ("text", "factor"),
+    [
+        # The relation asked, held by someone else: not hers.
+        ("Diego's partner is Casey.", 0.5),
+        ("Sunita's partner is Esme.", 1.0),
+        # Someone else as the subject; a relation not asked; her own fact.
+        ("Diego is in a relationship with Noa.", 0.5),
+        ("Sunita's brother lives in Porto.", 0.5),
+        ("Sunita started dating Renata.", 1.0),
+        ("My partner is called Sam.", 1.0),
+    ],
+)
+def test_someone_elses_fact_when_a_speaker_is_asked(text: str, factor: float) -> None:
+    cands = [Candidate(row=_row(1, text, None), semantic=0.5, bm25=0.0)]
+    people = frozenset({"sunita"})
+    assert other_subject_factors(cands, 0.5, frozenset({"partner"}), people) == [factor]
+    # Nobody named as the one asked about: only the relation counts.
+    alone = other_subject_factors(cands, 0.5, frozenset({"partner"}))
+    assert alone == [0.5 if text.startswith("Sunita's brother") else 1.0]
+
+
+def test_a_speakers_previous_partner_is_hers_not_the_other_speakers(
+    tmp_path: Path, embedder: LocalEmbedder
+) -> None:
+    """The knowledge-update conversation of Sunita and Diego, extracted by the scripted
+    model (no actor ids): asked without her name, the question reads both partners'
+    facts alike; Diego's own ("Diego's partner is Casey") answered the relation asked,
+    and its score reached every fact of his chain."""
+    convs = ku.load(Path(__file__).parent / "data" / "knowledge_updates.json")
+    conv = next(c for c in convs if any(ch.subject == "Sunita" for ch in c.chains))
+    with Memory(tmp_path / "ku.db", embedder=embedder, llm=ScriptedLLM()) as m:
+        ku.ingest(m, conv, "scripted", {"changes": 0, "linked": 0})
+        at = ku._day_after(conv)
+        for question in ("Who was Sunita's previous partner?", "Who is Sunita dating?"):
+            hits = m.search(question, user_id=conv.id, top_k=5, as_of=at)["results"]
+            assert hits[0]["memory"].startswith("Sunita"), [h["memory"] for h in hits]

@@ -81,7 +81,7 @@ __all__ = [
 
 
 DEFAULT_KNOTS: tuple[tuple[float, float], ...] = (
-    (0.1429, 0.0022),
+    (0.1656, 0.0022),
     (0.2237, 0.0043),
     (0.2725, 0.0082),
     (0.323, 0.0104),
@@ -96,7 +96,7 @@ DEFAULT_KNOTS: tuple[tuple[float, float], ...] = (
     (0.7721, 0.5584),
     (0.8259, 0.7121),
     (0.8727, 0.7504),
-    (0.9539, 0.8408),
+    (0.9412, 0.8408),
 )
 """The shipped calibration curve for a question that names none of the memories'
 speakers: ``(relative, probability of an answer)``, fitted by ``scripts/fit_calibration.py``
@@ -105,24 +105,24 @@ speakers: ``(relative, probability of an answer)``, fitted by ``scripts/fit_cali
 these questions are mostly the facts shape's; held-out ECE 0.010-0.012, docs/retrieval.md)."""
 
 DEFAULT_SPEAKER_KNOTS: tuple[tuple[float, float], ...] = (
-    (0.2135, 0.0),
-    (0.3113, 0.0014),
-    (0.3773, 0.0016),
-    (0.427, 0.0019),
-    (0.4754, 0.0027),
-    (0.5252, 0.0048),
-    (0.5743, 0.0131),
-    (0.6241, 0.0233),
-    (0.6745, 0.0471),
-    (0.723, 0.0639),
-    (0.7716, 0.1497),
-    (0.8238, 0.2993),
-    (0.8751, 0.4202),
-    (0.9224, 0.4583),
-    (0.9585, 0.5467),
+    (0.2248, 0.0002),
+    (0.3135, 0.0025),
+    (0.4007, 0.0031),
+    (0.4748, 0.0046),
+    (0.5247, 0.0109),
+    (0.5742, 0.0173),
+    (0.624, 0.0369),
+    (0.6743, 0.0509),
+    (0.7226, 0.0823),
+    (0.772, 0.2027),
+    (0.8255, 0.3414),
+    (0.8742, 0.4525),
+    (0.9202, 0.4582),
+    (0.9563, 0.5851),
 )
 """The shipped curve for a question that names a speaker of the memories (the actor
-part in play), fitted beside :data:`DEFAULT_KNOTS` on the same dump."""
+part in play), fitted beside :data:`DEFAULT_KNOTS` on the same dump, made with the
+speaker lever (``FusionConfig.speaker_names``) on, its default."""
 
 
 class ScoreCalibration(BaseModel):
@@ -292,7 +292,7 @@ class FusionConfig(BaseModel):
     bm25_weight: float = Field(default=1.25, ge=0)
     entity_weight: float = Field(default=0.1, ge=0)
     actor_weight: float = Field(default=0.2, ge=0)
-    speaker_names: bool = False
+    speaker_names: bool = True
     """A query naming a speaker of the scope (the ``name`` of one of its newest stored
     messages) is searched with the name as who, not what: not a keyword or entity
     key, and left out of the query's vector; only when a candidate is a fact that
@@ -300,8 +300,8 @@ class FusionConfig(BaseModel):
     (:mod:`engramdb.speakers`). A store of conversation turns pays no more than
     for any question (search p50 on 2,000 LoCoMo turns within 0.3 ms of off); a
     store of facts about named people pays a second embedding and candidate read.
-    Held-out LoCoMo P@1 +0.025, any@10 +0.022, all@10 +0.026 (docs/retrieval.md).
-    Off by default until the speaker calibration curve is refitted with it on."""
+    Held-out LoCoMo P@1 +0.025, any@10 +0.022, all@10 +0.026 over off
+    (docs/retrieval.md); ``speaker_knots`` are fitted with it on."""
     rrf_k: float = Field(default=60.0, gt=0)
     cosine_floor: float = Field(default=0.7, ge=-1, lt=1)
     """multilingual-e5-small puts unrelated sentences at 0.70-0.82: that is "nothing"."""
@@ -453,7 +453,11 @@ class FusionConfig(BaseModel):
     ("My manager is allergic to nuts", "Kwame's sister's favourite food is sushi";
     :func:`engramdb.nlp.subjects.opening_relation`) has its fused score multiplied by
     this, unless the question asks about that relation ("Hannah's children", "the
-    user's significant other", or the attribute it asks about)."""
+    user's significant other", or the attribute it asks about). When a personal
+    question names the person it asks about (the store's own person, ``owner_names``,
+    or a speaker of the scope, ``speaker_names``), so does a memory that opens with
+    another person, as its subject or as the holder of the relation asked ("Diego's
+    partner is Casey" when the question asks Sunita's)."""
     owner_names: bool = True
     """A query naming the store's own person (the name opening most of the candidates
     as their subject, nobody's ``actor_id``: :mod:`engramdb.owner`) is searched again
@@ -531,6 +535,8 @@ class QueryPlan:
     """The relations the query asks about (:func:`engramdb.nlp.subjects.asked_relations`)."""
     owners: frozenset[str] = frozenset()
     """The store's own person, when the query names them (:func:`engramdb.owner.owner_names`)."""
+    speakers: frozenset[str] = frozenset()
+    """The scope's speakers the query names (:func:`engramdb.speakers.recent_speakers`)."""
     personal: bool = False
     """The query asks about the store's own person: a personal attribute of theirs
     (:mod:`engramdb.attributes`) or by their name (``owners``)."""
@@ -750,31 +756,36 @@ def other_subject_factors(
     candidates: Sequence[Candidate],
     factor: float,
     asked: frozenset[str],
-    owners: frozenset[str] = frozenset(),
+    people: frozenset[str] = frozenset(),
     names: frozenset[str] = frozenset(),
 ) -> list[float]:
     """``factor`` for each candidate that is someone else's fact, else 1.
 
     Someone else's: it opens with a relation the query does not ask about
-    (``asked``), or, when the query names the store's own person (``owners``),
-    with another person the query does not name (``names``).
+    (``asked``), or, when the query names the person it asks about (``people``:
+    the store's own person, ``QueryPlan.owners``, or a speaker of the scope,
+    ``QueryPlan.speakers``), with another person the query does not name
+    (``names``), as its subject or as the holder of the relation asked ("Diego's
+    partner is Casey" when the question asks Sunita's).
     """
-    return [_other_subject_factor(c, factor, asked, owners, names) for c in candidates]
+    return [_other_subject_factor(c, factor, asked, people, names) for c in candidates]
 
 
 def _other_subject_factor(
     cand: Candidate,
     factor: float,
     asked: frozenset[str],
-    owners: frozenset[str],
+    people: frozenset[str],
     names: frozenset[str],
 ) -> float:
     """:func:`other_subject_factors` of one candidate."""
     rel = opening_relation(cand.row.text)
-    if rel is not None:
-        return factor if rel not in asked else 1.0
-    name = opening_name(cand.row.text) if owners else None
-    return factor if name is not None and name not in owners and name not in names else 1.0
+    if rel is not None and rel not in asked:
+        return factor
+    if not people:
+        return 1.0
+    name = opening_name(cand.row.text, possessor=rel is not None)
+    return factor if name is not None and name not in people and name not in names else 1.0
 
 
 _JOB: Final = ATTRIBUTE_PREFIX + "job"
@@ -903,7 +914,7 @@ def fuse(
                 cand,
                 config.other_subject_factor,
                 plan.relations,
-                plan.owners,
+                plan.owners | plan.speakers,
                 plan.names,
             )
             if use_other and plan is not None

@@ -16,7 +16,10 @@ its last :data:`SPEAKER_MESSAGES` stored messages: :func:`recent_speakers`),
 the search reads it once, known before its vector is made:
 
 - without the name as a keyword or entity key;
-- with the query's vector taken without the name (:func:`name_free_query`);
+- with the query's vector taken with "someone" in the name's place
+  (:func:`name_free_query`, :data:`SPEAKER_STAND_IN`: "Where does someone
+  work?"; deleting the name left "Where does work?", which the attribute
+  classifier reads as a routine);
 - only when a candidate opens with the speaker's name as its subject ("Sofia
   works at Greystone Insurance": a fact about her, as extraction writes them;
   not "Sofia, how are you?", which addresses her: :func:`opens_with_speaker`),
@@ -28,7 +31,7 @@ A store of conversation turns, where a speaker's turns say "I" and rarely open
 with her own name, so pays one query embedding and one candidate read, as a
 question naming nobody does; a store of facts about named people pays two.
 
-``FusionConfig.speaker_names`` (off by default) turns it on. Measured in
+``FusionConfig.speaker_names`` (on by default) turns it off. Measured in
 docs/retrieval.md ("Questions about a speaker").
 """
 
@@ -47,6 +50,7 @@ from engramdb.nlp.vocative import without_vocatives
 
 __all__ = [
     "SPEAKER_MESSAGES",
+    "SPEAKER_STAND_IN",
     "name_free_query",
     "opens_with_speaker",
     "recent_speakers",
@@ -98,23 +102,42 @@ def speaker_terms(names: Iterable[str]) -> frozenset[str]:
 
 
 def _pattern(names: Iterable[str]) -> re.Pattern[str]:
+    """A run of the words of ``names`` ("Bram Visser"), with a possessive ``'s`` as ``poss``."""
     words = sorted({w for n in names for w in n.split()}, key=lambda w: (-len(w), w))
-    alternation = "|".join(re.escape(w) for w in words)
-    return re.compile(rf"(?<!\w)(?:{alternation})(?:['\u2019]s)?(?!\w)", re.IGNORECASE)
+    word = "|".join(re.escape(w) for w in words)
+    return re.compile(
+        rf"(?<!\w)(?:{word})(?:\s+(?:{word}))*(?P<poss>['\u2019]s)?(?!\w)", re.IGNORECASE
+    )
 
 
-def name_free_query(query: str, names: Iterable[str]) -> str:
-    """``query`` without the words of ``names`` (and their possessive ``'s``).
+SPEAKER_STAND_IN: Final = "someone"
+"""What a speaker's name becomes in the question that is embedded."""
+
+
+def name_free_query(query: str, names: Iterable[str], stand_in: str = "") -> str:
+    """``query`` without the words of ``names``, or with ``stand_in`` in their place.
+
+    A possessive keeps its ``'s`` on the stand-in. Deleting the name leaves a
+    question the attribute classifier may misread ("Where does work?" reads
+    as a routine); a stand-in keeps its grammar.
 
     >>> name_free_query("What is Sofia's current phone?", ["sofia"])
     'What is current phone?'
+    >>> name_free_query("Where does Bram Visser work?", ["bram visser"], "someone")
+    'Where does someone work?'
+    >>> name_free_query("What is Sofia's phone?", ["sofia"], "someone")
+    "What is someone's phone?"
     """
     names = list(names)
     if not names:
         return query
-    bare = " ".join(_pattern(names).sub(" ", query).split())
+
+    def swap(m: re.Match[str]) -> str:
+        return f" {stand_in}{m['poss'] or ''} " if stand_in else " "
+
+    bare = " ".join(_pattern(names).sub(swap, query).split())
     bare = re.sub(r"\s+([?.!,;:])", r"\1", bare)
-    return bare if re.search(r"\w", bare) else query
+    return bare if re.search(r"\w", bare) and bare != stand_in else query
 
 
 def speaker_candidates(

@@ -97,6 +97,7 @@ from engramdb.search import (
 )
 from engramdb.speakers import (
     SPEAKER_MESSAGES,
+    SPEAKER_STAND_IN,
     name_free_query,
     opens_with_speaker,
     recent_speakers,
@@ -217,12 +218,12 @@ class ReadFlows(FlowState):
         if rerank and (self.fusion.rerank is None or self.reranker is None):
             log.debug("search(rerank=True): no reranker is configured; fused order kept")
         yield from self._bind()
-        # A question about a speaker of the scope embeds its text without the name
+        # A question about a speaker of the scope embeds its text with "someone" for the name
         # (speakers.py): known before the vector is made, so that it is made once.
         spoken = (
             (yield from self._speakers(scope, text)) if self.fusion.speaker_names else frozenset()
         )
-        said = name_free_query(text, spoken) if spoken else text
+        said = name_free_query(text, spoken, SPEAKER_STAND_IN) if spoken else text
         vec = yield EmbedQuery(query_embedding_text(said, self.fusion))
         subqueries = yield from self._rewrite(text)
 
@@ -708,8 +709,10 @@ class ReadFlows(FlowState):
         n = max(cfg.pool, want)
         if spoken:
             # The query names a speaker of the scope: the name says who, not what
-            # (speakers.py); ``vec`` is the name-free question's.
-            plan = self._plan(query, subject | speaker_terms(spoken), vec)
+            # (speakers.py); ``vec`` is the name-free question's. Without the name in
+            # the vector, a fact that opens with another person is told apart as
+            # someone else's (``other_subject_factor``).
+            plan = replace(self._plan(query, subject | speaker_terms(spoken), vec), speakers=spoken)
             candidates = yield from self._candidates(scope, where, vec, plan, n, include_expired)
             if opens_with_speaker(candidates, spoken):
                 # Facts about the speaker by name: the whole question tells hers apart.
