@@ -295,12 +295,12 @@ class FusionConfig(BaseModel):
     speaker_names: bool = True
     """A query naming a speaker of the scope (the ``name`` of one of its newest stored
     messages) is searched with the name as who, not what: not a keyword or entity
-    key, and left out of the query's vector; only when a candidate is a fact that
+    key, and "someone" in its place in the query's vector; only when a candidate is a fact that
     opens with the speaker's name is the whole question embedded and read too
     (:mod:`engramdb.speakers`). A store of conversation turns pays no more than
     for any question (search p50 on 2,000 LoCoMo turns within 0.3 ms of off); a
     store of facts about named people pays a second embedding and candidate read.
-    Held-out LoCoMo P@1 +0.025, any@10 +0.022, all@10 +0.026 over off
+    Held-out LoCoMo P@1 +0.030, any@10 +0.022, all@10 +0.027 over off
     (docs/retrieval.md); ``speaker_knots`` are fitted with it on."""
     rrf_k: float = Field(default=60.0, gt=0)
     cosine_floor: float = Field(default=0.7, ge=-1, lt=1)
