@@ -268,6 +268,17 @@ TURNS = [
 ]
 
 
+def _store_sessions(m: Memory) -> None:
+    """:data:`TURNS`, one add per session, stored verbatim under user "pair"."""
+    for when in sorted({t[0] for t in TURNS}):
+        m.add(
+            [{"role": "user", "name": who, "content": text} for d, who, text in TURNS if d == when],
+            user_id="pair",
+            timestamp=when,
+            infer=False,
+        )
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def chat(
     request: pytest.FixtureRequest, tmp_path: Path, embedder: LocalEmbedder
@@ -279,13 +290,7 @@ def chat(
     currency lever, which moves the latest statement up when the ranking did not.
     """
     m = _memory(request, tmp_path / "chat.db", embedder, {"speaker_names": False})
-    for when in sorted({t[0] for t in TURNS}):
-        m.add(
-            [{"role": "user", "name": who, "content": text} for d, who, text in TURNS if d == when],
-            user_id="pair",
-            timestamp=when,
-            infer=False,
-        )
+    _store_sessions(m)
     yield m
     m.close()
 
@@ -315,13 +320,7 @@ def test_the_latest_statement_of_the_asked_attribute_holds_now(chat: Memory) -> 
 
 def test_the_default_answers_the_latest_job(tmp_path: Path, embedder: LocalEmbedder) -> None:
     with Memory(tmp_path / "default.db", embedder=embedder) as m:
-        for when in sorted({t[0] for t in TURNS}):
-            m.add(
-                [{"role": "user", "name": w, "content": x} for d, w, x in TURNS if d == when],
-                user_id="pair",
-                timestamp=when,
-                infer=False,
-            )
+        _store_sessions(m)
         for question, answer in (
             ("Where is Sofia employed?", "Greystone"),
             ("Where does Bram work?", "paramedic"),

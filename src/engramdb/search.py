@@ -295,9 +295,9 @@ class FusionConfig(BaseModel):
     speaker_names: bool = True
     """A query naming a speaker of the scope (the ``name`` of one of its newest stored
     messages) is searched with the name as who, not what: not a keyword or entity
-    key, and "someone" in its place in the query's vector; only when a candidate is a fact that
-    opens with the speaker's name is the whole question embedded and read too
-    (:mod:`engramdb.speakers`). A store of conversation turns pays no more than
+    key, and "someone" in its place in the query's vector; only when a candidate
+    is a fact that opens with the speaker's name is the whole question embedded
+    and read too (:mod:`engramdb.speakers`). A store of conversation turns pays no more than
     for any question (search p50 on 2,000 LoCoMo turns within 0.3 ms of off); a
     store of facts about named people pays a second embedding and candidate read.
     Held-out LoCoMo P@1 +0.030, any@10 +0.022, all@10 +0.027 over off
