@@ -552,7 +552,8 @@ _WORD = re.compile(r"[^\W_]+(?:['\u2019\-][^\W_]+)*")
 _MAX_KEYS = 96
 
 
-def _entity_keys(query: str) -> list[str]:
+@lru_cache(maxsize=1024)
+def _entity_keys(query: str) -> tuple[str, ...]:
     """Normalised 1-3-word windows of the query, and the keys of its dated entities.
 
     Queries are often typed in lower case, where the capitalisation rules of
@@ -574,8 +575,8 @@ def _entity_keys(query: str) -> list[str]:
             if key:
                 keys[key] = None
             if len(keys) >= _MAX_KEYS:
-                return list(keys)
-    return list(keys)
+                return tuple(keys)
+    return tuple(keys)
 
 
 _PRESENT = re.compile(
@@ -614,7 +615,7 @@ def subject_terms(user_id: str | None) -> frozenset[str]:
 
 def query_names(query: str, config: FusionConfig) -> list[str]:
     """The entity keys a query may name (:attr:`QueryPlan.names`), when a signal reads them."""
-    return _entity_keys(query) if config.entity_weight > 0 or config.actor_weight > 0 else []
+    return list(_entity_keys(query)) if config.entity_weight > 0 or config.actor_weight > 0 else []
 
 
 def plan_query(

@@ -217,6 +217,7 @@ def _norm_word(word: str) -> str:
     return fold(lemmatize(word, ("en",)))
 
 
+@lru_cache(maxsize=1 << 14)
 def normalize_entity(name: str) -> str:
     """Return the linking key of an entity name (as :class:`Entity.normalized`).
 
