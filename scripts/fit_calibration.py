@@ -28,11 +28,12 @@ and judged beside it for comparison.
   from a fixed start for Platt), no random state; rounded to 4 decimals.
 
 The dumps come from the shipped code (``engram bench retrieval --dump``), so
-their scores were made with the calibration in force then; each hit's
-``relative`` is read back from its score through that curve (the shipped
-knots, or ``--center``/``--width`` for a dump made with a logistic), which also
-covers what the levers after fusion did to the score (a lent neighbour, a
-superseder lifted to what it replaces). Needs numpy, engramdb and its benchmarks.
+their scores were made with the calibration in force then. Each hit's
+``relative`` is the dumped one (``score_details["relative"]``) where the curve
+in force (the shipped knots, or ``--center``/``--width`` for a dump made with a
+logistic) maps it to the hit's score; where a lever after fusion moved the score
+(a lent neighbour, a superseder lifted to what it replaces), it is read back
+from the score through that curve. Needs numpy, engramdb and its benchmarks.
 
 Usage::
 
@@ -95,6 +96,22 @@ def relative_of(score: float, dumped: ScoreCalibration, speaker: bool = False) -
     return float(dumped.center + dumped.width * math.log(s / (1.0 - s)))
 
 
+def hit_relative(hit: dict[str, Any], dumped: ScoreCalibration, speaker: bool = False) -> float:
+    """A dumped hit's relative fused score: as dumped, unless a lever moved its score.
+
+    ``score_details["relative"]`` is the value the curve read; a lever after
+    fusion (a lent neighbour, a superseder lifted) moves the score off the curve,
+    and then only the score says where the hit stands: it is read back
+    (:func:`relative_of`). Reading every hit back would pin those beyond a flat
+    end of the curve to that end, and move the end knots a little on every refit.
+    """
+    score = float(hit["score"])
+    relative = hit.get("score_details", {}).get("relative")
+    if relative is not None and abs(dumped.apply(float(relative), speaker) - score) <= 1e-9:
+        return float(relative)
+    return relative_of(score, dumped, speaker)
+
+
 def rows(
     questions: list[dict[str, Any]], dumped: ScoreCalibration, speaker: bool | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -117,7 +134,7 @@ def rows(
             continue
         weight = 1.0 / (per_shape[q["shape"]] * len(hits))
         for hit in hits:
-            xs.append(relative_of(float(hit["score"]), dumped, named))
+            xs.append(hit_relative(hit, dumped, named))
             ys.append(1.0 if hit["is_gold"] else 0.0)
             ws.append(weight)
     w = np.asarray(ws)
@@ -144,7 +161,10 @@ def fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
 def fit_knots(
     x: np.ndarray, y: np.ndarray, w: np.ndarray, step: float = 0.05
 ) -> tuple[tuple[float, float], ...]:
-    """Binned isotonic regression of ``y`` on ``x``: strictly increasing (relative, p) knots."""
+    """Binned isotonic regression of ``y`` on ``x``: strictly increasing (relative, p) knots.
+
+    Probabilities are rounded to 4 decimals and at least 0.0001.
+    """
     count = round(1 / step)
     bins = np.minimum((np.clip(x, 0.0, 1.0) / step).astype(int), count - 1)
     blocks: list[list[float]] = []  # [sum w*x, sum w*y, sum w] of each pooled block
@@ -159,7 +179,8 @@ def fit_knots(
             blocks[-1] = [a + b for a, b in zip(blocks[-1], last, strict=True)]
     knots: list[tuple[float, float]] = []
     for sx, sy, sw in blocks:
-        kx, ky = round(sx / sw, 4), round(sy / sw, 4)
+        # Never 0: a bin with no answer in the suite cannot promise that none ever is.
+        kx, ky = round(sx / sw, 4), max(round(sy / sw, 4), 0.0001)
         if knots:
             kx = max(kx, knots[-1][0] + 0.0001)
             ky = max(ky, knots[-1][1] + 0.0001)
@@ -228,7 +249,7 @@ def judge(
     for q in questions:
         hits = q["hits"]
         named = speaker_named(q)
-        scores = [cal.apply(relative_of(float(h["score"]), dumped, named), named) for h in hits]
+        scores = [cal.apply(hit_relative(h, dumped, named), named) for h in hits]
         for h, s in zip(hits, scores, strict=True):
             calib.append((s, 1.0 / len(hits), 1 if h["is_gold"] else 0))
         answerable = bool(q.get("answerable", True)) and bool(q.get("gold"))

@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,22 +79,45 @@ def test_knots_must_increase_and_be_probabilities(knots: tuple[tuple[float, floa
         ScoreCalibration(knots=knots)
 
 
-def test_the_shipped_knots_are_what_the_fitter_makes() -> None:
-    """scripts/fit_calibration.py's binned isotonic fit, on rows whose answer is known."""
+def _fitter() -> Any:
+    """scripts/fit_calibration.py, loaded by path (scripts/ is not a package)."""
     import importlib.util
-
-    import numpy as np
 
     path = Path(__file__).resolve().parents[1] / "scripts" / "fit_calibration.py"
     spec = importlib.util.spec_from_file_location("fit_calibration", path)
     assert spec is not None and spec.loader is not None
     fitter = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fitter)
+    return fitter
+
+
+def test_the_shipped_knots_are_what_the_fitter_makes() -> None:
+    """scripts/fit_calibration.py's binned isotonic fit, on rows whose answer is known."""
+    import numpy as np
+
+    fitter = _fitter()
     x = np.array([0.1, 0.12, 0.3, 0.32, 0.6, 0.62, 0.9, 0.92])
     y = np.array([0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0])  # 0.3 bin above the 0.6 one: pooled
     knots = fitter.fit_knots(x, y, np.ones_like(x))
-    assert [k[1] for k in knots] == [0.0, 0.25, 1.0]
+    # A bin without an answer still gets the smallest probability, never 0.
+    assert [k[1] for k in knots] == [0.0001, 0.25, 1.0]
     ScoreCalibration(knots=knots)  # valid as shipped
+
+
+def test_the_fitter_reads_a_hits_dumped_relative_unless_a_lever_moved_its_score() -> None:
+    """Past a flat end of the curve the score says nothing of ``relative``: the dump does."""
+    fitter = _fitter()
+    cal = ScoreCalibration(knots=((0.2, 0.01), (0.8, 0.7)))
+    top = {"score": cal.apply(0.95), "score_details": {"relative": 0.95}}
+    bottom = {"score": cal.apply(0.05), "score_details": {"relative": 0.05}}
+    assert fitter.hit_relative(top, cal) == 0.95 and fitter.hit_relative(bottom, cal) == 0.05
+    # Read back through the curve, both would sit on its ends.
+    assert fitter.relative_of(top["score"], cal) == 0.8
+    assert fitter.relative_of(bottom["score"], cal) == 0.2
+    # A neighbour lent this hit a score its relative does not map to: read it back.
+    lent = {"score": cal.apply(0.5), "score_details": {"relative": 0.3}}
+    assert fitter.hit_relative(lent, cal) == pytest.approx(0.5)
+    assert fitter.hit_relative({"score": cal.apply(0.5)}, cal) == pytest.approx(0.5)
 
 
 @pytest.mark.skipif(_DATA is None or not _DATA.is_file(), reason="LoCoMo data not found")

@@ -81,7 +81,7 @@ __all__ = [
 
 
 DEFAULT_KNOTS: tuple[tuple[float, float], ...] = (
-    (0.1656, 0.0022),
+    (0.1192, 0.0022),
     (0.2237, 0.0043),
     (0.2725, 0.0082),
     (0.323, 0.0104),
@@ -96,16 +96,19 @@ DEFAULT_KNOTS: tuple[tuple[float, float], ...] = (
     (0.7721, 0.5584),
     (0.8259, 0.7121),
     (0.8727, 0.7504),
-    (0.9412, 0.8408),
+    (0.974, 0.8408),
 )
 """The shipped calibration curve for a question that names none of the memories'
 speakers: ``(relative, probability of an answer)``, fitted by ``scripts/fit_calibration.py``
 (isotonic, 0.05 bins) on the development suite's dump (``engram bench retrieval --dump``,
 2026-12-05: facts, LoCoMo turns, updates, extracted facts, each shape weighing the same;
-these questions are mostly the facts shape's; held-out ECE 0.010-0.012, docs/retrieval.md)."""
+these questions are mostly the facts shape's; held-out ECE 0.010-0.012, docs/retrieval.md).
+A refit on a dump of this curve reproduces it: each hit's own ``relative`` is read, not
+one read back from its score, which a flat end pins."""
 
 DEFAULT_SPEAKER_KNOTS: tuple[tuple[float, float], ...] = (
-    (0.2248, 0.0002),
+    (0.146, 0.0001),
+    (0.2236, 0.0004),
     (0.3135, 0.0025),
     (0.4007, 0.0031),
     (0.4748, 0.0046),
@@ -118,7 +121,7 @@ DEFAULT_SPEAKER_KNOTS: tuple[tuple[float, float], ...] = (
     (0.8255, 0.3414),
     (0.8742, 0.4525),
     (0.9202, 0.4582),
-    (0.9563, 0.5851),
+    (0.9673, 0.5851),
 )
 """The shipped curve for a question that names a speaker of the memories (the actor
 part in play), fitted beside :data:`DEFAULT_KNOTS` on the same dump, made with the
