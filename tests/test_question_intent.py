@@ -17,6 +17,8 @@ from engramdb.nlp.querytime import asks_collection, topic_words
         "What instruments does Melanie play?",
         "What subject have Caroline and Melanie both painted?",
         "How often does Dana go running?",
+        "What are Joanna's hobbies?",
+        "What are Maria's dogs' names?",
     ],
 )
 def test_a_question_about_many_things_asks_a_collection(question: str) -> None:

@@ -212,6 +212,11 @@ def test_asks_previous(question: str, previous: bool) -> None:
         ("Where was Dana living last spring?", False),
         ("What did the user eat at the wedding?", False),
         ("What is the user's phone number as of 2023?", False),
+        # A manner asks how, not which value holds, unless it says "now".
+        ("How does Gina stay confident in her business?", False),
+        ("How does Nate describe the stuffed animal?", False),
+        ("How does Ines keep fit these days?", True),
+        ("How old is Dana?", True),
     ],
 )
 def test_asks_present(question: str, present: bool) -> None:
@@ -622,3 +627,26 @@ def test_a_new_occupation_does_not_answer_which_company(mem: Memory) -> None:
     ):
         hits = mem.search(question, user_id="work", explain=True)["results"]
         assert hits[0]["memory"].startswith(answer), [h["memory"] for h in hits]
+
+
+def test_a_question_about_many_things_is_not_one_of_which_value_holds(mem: Memory) -> None:
+    # "What are Joanna's hobbies?" asks for several statements, not which one value of
+    # the hobby attribute holds now: the latest hobby statement ("tried a pottery class
+    # once") does not take the first place from the one that answers. (A question of
+    # manner, "How does Gina stay confident?", is left out the same way: test_asks_present.)
+    _say_each(
+        mem,
+        "j",
+        [
+            (
+                "2024-01-05",
+                "Joanna",
+                "Joanna's hobbies are reading, hiking and old films.",
+            ),
+            ("2024-02-10", "Joanna", "Joanna is training for a half marathon in spring."),
+            ("2024-03-15", "Joanna", "Joanna tried a pottery class once and made a wonky bowl."),
+        ],
+    )
+    hits = mem.search("What are Joanna's hobbies?", user_id="j", explain=True)["results"]
+    assert hits[0]["memory"].startswith("Joanna's hobbies are"), [h["memory"] for h in hits]
+    assert "latest_of" not in hits[0]["score_details"]

@@ -227,6 +227,8 @@ def before_what(query: str) -> frozenset[str]:
 
 _COLLECTION = re.compile(
     r"\bhow\s+(?:many|often)\b|\bboth\b|\b(?:kinds|types|sorts)\s+of\b"
+    # the plural copula: "what are Joanna's hobbies", "what are her dogs' names"
+    r"|^\W*(?:what|which|who)\s+are\b"
     # a plural asked for: "what books", "which events" (not "what is", "which does")
     r"|^\W*(?:what|which)\s+(?!is\b|does\b|has\b|was\b|this\b|us\b)[a-z]+[^s\W]s\b"
     # the present perfect, what has piled up: "what has she painted", "has he seen"
@@ -281,6 +283,11 @@ _PAST_MARK = re.compile(
 )
 
 
+_MANNER = re.compile(r"^\W*how\s+(?:does|do|is|are)\b", re.IGNORECASE)
+"""A question of manner: "How does Gina stay confident?". With a present marker ("How
+does Ines keep fit these days?") it asks what holds now all the same."""
+
+
 def asks_present(query: str) -> bool:
     """Whether ``query`` asks what holds *now* ("Where does Dana live?").
 
@@ -295,4 +302,6 @@ def asks_present(query: str) -> bool:
         return False
     if _PRESENT_MARK.search(query):
         return _TIME_WORDS.search(_PRESENT_MARK.sub(" ", query)) is None
+    if _MANNER.search(query):
+        return False  # how someone does something, not which value holds
     return _PRESENT_FORM.search(query) is not None and not mentions_time(query)
