@@ -96,6 +96,16 @@ def relative_of(score: float, dumped: ScoreCalibration, speaker: bool = False) -
     return float(dumped.center + dumped.width * math.log(s / (1.0 - s)))
 
 
+def question_factor(hit: dict[str, Any]) -> float:
+    """The factor a hit that asks a question had its score multiplied by (1: none).
+
+    ``score_details["question"]`` (``FusionConfig.question_factor``, applied to the
+    calibrated score): such a hit is fitted at its ``relative`` like every other,
+    and judged with its factor.
+    """
+    return float(hit.get("score_details", {}).get("question", 1.0))
+
+
 def hit_relative(hit: dict[str, Any], dumped: ScoreCalibration, speaker: bool = False) -> float:
     """A dumped hit's relative fused score: as dumped, unless a lever moved its score.
 
@@ -104,9 +114,11 @@ def hit_relative(hit: dict[str, Any], dumped: ScoreCalibration, speaker: bool = 
     and then only the score says where the hit stands: it is read back
     (:func:`relative_of`). Reading every hit back would pin those beyond a flat
     end of the curve to that end, and move the end knots a little on every refit.
+    A question's factor is taken out of its score first (:func:`question_factor`).
     """
-    score = float(hit["score"])
-    relative = hit.get("score_details", {}).get("relative")
+    details = hit.get("score_details", {})
+    score = float(hit["score"]) / question_factor(hit)
+    relative = details.get("relative")
     if relative is not None and abs(dumped.apply(float(relative), speaker) - score) <= 1e-9:
         return float(relative)
     return relative_of(score, dumped, speaker)
@@ -249,7 +261,9 @@ def judge(
     for q in questions:
         hits = q["hits"]
         named = speaker_named(q)
-        scores = [cal.apply(hit_relative(h, dumped, named), named) for h in hits]
+        scores = [
+            cal.apply(hit_relative(h, dumped, named), named) * question_factor(h) for h in hits
+        ]
         for h, s in zip(hits, scores, strict=True):
             calib.append((s, 1.0 / len(hits), 1 if h["is_gold"] else 0))
         answerable = bool(q.get("answerable", True)) and bool(q.get("gold"))

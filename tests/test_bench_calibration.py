@@ -118,6 +118,10 @@ def test_the_fitter_reads_a_hits_dumped_relative_unless_a_lever_moved_its_score(
     lent = {"score": cal.apply(0.5), "score_details": {"relative": 0.3}}
     assert fitter.hit_relative(lent, cal) == pytest.approx(0.5)
     assert fitter.hit_relative({"score": cal.apply(0.5)}, cal) == pytest.approx(0.5)
+    # A turn that asks scores the curve's times its factor: the factor comes out first.
+    asked = {"score": 0.5 * cal.apply(0.95), "score_details": {"relative": 0.95, "question": 0.5}}
+    assert fitter.question_factor(asked) == 0.5 and fitter.question_factor(top) == 1.0
+    assert fitter.hit_relative(asked, cal) == 0.95
 
 
 @pytest.mark.skipif(_DATA is None or not _DATA.is_file(), reason="LoCoMo data not found")

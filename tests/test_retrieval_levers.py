@@ -22,6 +22,7 @@ from engramdb.core.records import MemoryRow
 from engramdb.embedders import LocalEmbedder
 from engramdb.errors import LLMError, ReplyFormatError
 from engramdb.expand import (
+    asked_last,
     diversify,
     is_message,
     lend_through_entities,
@@ -876,3 +877,62 @@ def test_the_real_local_llm_rewrites_a_two_part_question(
     assert "query rewriting failed" not in caplog.text
     assert any("subquery" in r["score_details"] for r in found)
     assert set(facts) & {r["id"] for r in found}
+
+
+# -- a turn that asks (question_factor) ------------------------------------------------------
+
+_KITTENS = [
+    ("Melanie", "We got two kittens last month, they are adorable."),
+    ("Caroline", "Aww, I love kittens! What are their names?"),
+    ("Melanie", "Luna and Oliver, and they already rule the house."),
+    ("Caroline", "My sister has a dog called Biscuit."),
+    ("Melanie", "The weather was rainy all week here."),
+]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_turn_that_asks_goes_below_the_turn_that_states(
+    request: pytest.FixtureRequest, backend: str, db_path: Path, embedder: LocalEmbedder
+) -> None:
+    # Caroline's question echoes the user's ("What are their names?"), so its words and
+    # vector are nearest; it states nothing. Melanie's turn about the kittens does.
+    query = "What are the names of Melanie's kittens?"
+    asking, stating = _KITTENS[1][1], _KITTENS[0][1]
+    with _open(request, backend, db_path, embedder, {"question_factor": 1.0}) as m:  # off
+        m.add(
+            [{"role": "user", "content": t, "name": n} for n, t in _KITTENS],
+            user_id="u",
+            run_id="s1",
+            infer=False,
+        )
+        off = m.search(query, user_id="u", top_k=5, explain=True)["results"]
+        assert off[0]["memory"] == asking, [r["memory"] for r in off]
+        assert not any("question" in r["score_details"] for r in off)
+    with _open(request, backend, db_path, embedder) as m:  # the default: 0.5
+        on = m.search(query, user_id="u", top_k=5, explain=True)["results"]
+        texts = [r["memory"] for r in on]
+        assert texts[0] == stating and texts.index(asking) > 0, texts
+        by_text = {r["memory"]: r for r in on}
+        assert by_text[asking]["score_details"]["question"] == 0.5
+        assert by_text[asking]["score"] == pytest.approx(0.5 * off[0]["score"])
+        assert "question" not in by_text[stating]["score_details"]
+        # What the question lent its neighbour (lending comes first) is the same.
+        lent = [r for r in off if r["score_details"].get("neighbour_of")]
+        for r in lent:
+            assert by_text[r["memory"]]["score"] == pytest.approx(r["score"])
+
+
+def test_asked_last_scales_questions_after_the_rest() -> None:
+    cfg = FusionConfig()
+    q = Hit(dataclasses.replace(_row("q"), text="Which city, again?"), 0.6, {"semantic": 0.9})
+    a = Hit(dataclasses.replace(_row("a"), text="It was Lisbon."), 0.4, {"semantic": 0.8})
+    out = asked_last([q, a], cfg)
+    assert [h.row.id for h in out] == ["a", "q"]
+    assert out[1].score == pytest.approx(0.3) and out[1].explain["question"] == 0.5
+    assert "question" not in out[0].explain and out[0].score == 0.4
+    # "?" inside a turn that ends stating is no question; off leaves everything alone.
+    s = Hit(dataclasses.replace(_row("s"), text="Lisbon? Yes, Lisbon."), 0.5, {"semantic": 0.7})
+    assert asked_last([s], cfg)[0].score == 0.5
+    assert asked_last([q, a], FusionConfig(question_factor=1.0)) == [q, a]
+    for preset in (HYBRID_RRF, DENSE_ONLY, KEYWORD_ONLY):
+        assert preset.question_factor == 1.0

@@ -24,9 +24,10 @@ from collections.abc import Mapping, Sequence
 
 from engramdb.core.records import MemoryRow
 from engramdb.nlp.querytime import Period, asks_when, mentions_time, query_periods
-from engramdb.search import FusionConfig, Hit, when
+from engramdb.search import FusionConfig, Hit, asks, when
 
 __all__ = [
+    "asked_last",
     "diversify",
     "entity_hop_on",
     "is_message",
@@ -121,6 +122,25 @@ def _scaled(hit: Hit, factor: float, extra: Mapping[str, object]) -> Hit:
     explain["fusion"] = hit.score * factor
     explain.update(extra)
     return Hit(hit.row, hit.score * factor, explain)
+
+
+def asked_last(hits: Sequence[Hit], config: FusionConfig) -> list[Hit]:
+    """``hits`` with each one that asks a question scaled by ``question_factor``, re-sorted.
+
+    A turn that ends in a question mark (:func:`engramdb.search.asks`) states
+    nothing, though its words and vector are near every question on its topic.
+    Called after the lenders, so such a turn has already lent its full score to
+    the reply beside it ("What are their names?" to "Luna and Oliver");
+    ``explain["question"]`` holds the factor on the hits it scaled.
+    """
+    factor = config.question_factor
+    if factor >= 1:
+        return list(hits)
+    out = [
+        Hit(h.row, h.score * factor, {**h.explain, "question": factor}) if asks(h.row.text) else h
+        for h in hits
+    ]
+    return sorted(out, key=_sort_key)
 
 
 def lend_to_neighbours(

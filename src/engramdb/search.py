@@ -62,6 +62,7 @@ __all__ = [
     "ScoreCalibration",
     "apply_recency",
     "apply_rerank",
+    "asks",
     "before_unlinked",
     "calibrate",
     "candidate_features",
@@ -489,6 +490,14 @@ class FusionConfig(BaseModel):
     :data:`CHATTER_WORDS`) has its score multiplied by this: such a turn states
     nothing, yet its vector sits near every question. docs/retrieval.md has the
     measurements."""
+    question_factor: float = Field(default=0.5, ge=0, le=1)
+    """A question's share of its score (default 0.5; 1: off). A hit whose text ends in a
+    question mark ("That's cool! Have you read all of his books?") asks rather than
+    states: in a conversation it sits near every question about its topic, yet the
+    answer is in the turn that replies. Its score (and ``relative``) is multiplied by
+    this after the neighbour and entity lenders, so it still lends to the reply
+    beside it (:func:`engramdb.expand.asked_last`). Memories extracted as facts never
+    end so; docs/retrieval.md has the measurements."""
     informative_terms: int = Field(default=0, ge=0, le=64)
     """Informativeness prior (0: off, the default): a candidate whose own text has fewer
     than this many distinct keyword terms (:func:`engramdb.nlp.index_terms`: stop words
@@ -509,6 +518,7 @@ _SIGNALS_ALONE: dict[str, Any] = {
     "time_weight": 0.0,
     "when_weight": 0.0,
     "chatter_factor": 1.0,
+    "question_factor": 1.0,
     "attribute_gate": 0.0,
     "attribute_weight": 0.0,
     "attribute_currency": False,
@@ -1261,7 +1271,7 @@ def rank_superseded(
     return order
 
 
-def _asks(text: str) -> bool:
+def asks(text: str) -> bool:
     """Whether a text ends in a question mark (a question states no value)."""
     return text.rstrip().rstrip("\"')\u201d").endswith("?")
 
@@ -1374,7 +1384,7 @@ def latest_of_attribute(
     mine = [
         c
         for c, f, stated in zip(holders, own, says, strict=True)
-        if f == 1.0 and stated and not _asks(c.row.text)
+        if f == 1.0 and stated and not asks(c.row.text)
     ]
     if names and not owners:
         # The person the question names, when some holder is theirs: by who said it

@@ -42,6 +42,7 @@ from engramdb.errors import (
     ValidationError,
 )
 from engramdb.expand import (
+    asked_last,
     diversify,
     entity_hop_on,
     is_message,
@@ -766,6 +767,9 @@ class ReadFlows(FlowState):
         # The fused order stands; the score is read from it (search.py), before a
         # reranker blends its grades in on the same scale.
         hits = calibrate(hits, cfg)
+        # A turn that asks has lent to its reply above; it answers less often than a
+        # turn that states with the same score (expand.py).
+        hits = asked_last(hits, cfg)
         if subqueries:
             # Merged hits carry each its own query's calibration: keep the order monotone.
             hits.sort(key=lambda h: -h.score)
