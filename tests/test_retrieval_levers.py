@@ -933,6 +933,8 @@ def test_asked_last_scales_questions_after_the_rest() -> None:
     # "?" inside a turn that ends stating is no question; off leaves everything alone.
     s = Hit(dataclasses.replace(_row("s"), text="Lisbon? Yes, Lisbon."), 0.5, {"semantic": 0.7})
     assert asked_last([s], cfg)[0].score == 0.5
+    zh = Hit(dataclasses.replace(_row("zh"), text="你搬到哪个城市了\uff1f"), 0.5, {"semantic": 0.7})
+    assert asked_last([zh], cfg)[0].explain["question"] == 0.5
     assert asked_last([q, a], FusionConfig(question_factor=1.0)) == [q, a]
     for preset in (HYBRID_RRF, DENSE_ONLY, KEYWORD_ONLY):
         assert preset.question_factor == 1.0

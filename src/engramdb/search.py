@@ -1272,8 +1272,12 @@ def rank_superseded(
 
 
 def asks(text: str) -> bool:
-    """Whether a text ends in a question mark (a question states no value)."""
-    return text.rstrip().rstrip("\"')\u201d").endswith("?")
+    """Whether a text ends in a question mark (a question states no value).
+
+    Closing quotes and brackets after it are looked through; the full-width mark
+    of Chinese and Japanese counts too.
+    """
+    return text.rstrip().rstrip("\"')\u201d\u300d\uff09").endswith(("?", "\uff1f"))
 
 
 STATING_TERMS: Final = 2
