@@ -80,6 +80,16 @@ _TALK = [
 _QUERY = "Which instrument did Ann start music lessons for?"
 
 
+def _add_chat(m: Memory, turns: list[tuple[str, str]]) -> None:
+    """Store ``(speaker, text)`` turns as one conversation (one ``add``, session s1)."""
+    m.add(
+        [{"role": "user", "content": text, "name": who} for who, text in turns],
+        user_id="u",
+        run_id="s1",
+        infer=False,
+    )
+
+
 def _fill(m: Memory) -> list[str]:
     ids = [_say(m, text, name) for name, text in _TALK]
     # Another session and another user: never neighbours of session s1.
@@ -649,12 +659,7 @@ def test_content_free_turns_no_longer_outrank_the_fact(
     # lift any turn about work, off too)
     alone = {"chatter_factor": 1.0, "speaker_names": False, "attribute_gate": 0.0}
     with _open(request, backend, db_path, embedder, alone) as m:  # off
-        m.add(
-            [{"role": "user", "content": text, "name": who} for who, text in _CHAT],
-            user_id="u",
-            run_id="s1",
-            infer=False,
-        )
+        _add_chat(m, _CHAT)
         off = m.search(query, user_id="u", top_k=6, explain=True)["results"]
         assert off[0]["memory"] == _CHAT[1][1]
         assert not any("informative" in r["score_details"] for r in off)
@@ -899,12 +904,7 @@ def test_a_turn_that_asks_goes_below_the_turn_that_states(
     query = "What are the names of Melanie's kittens?"
     asking, stating = _KITTENS[1][1], _KITTENS[0][1]
     with _open(request, backend, db_path, embedder, {"question_factor": 1.0}) as m:  # off
-        m.add(
-            [{"role": "user", "content": t, "name": n} for n, t in _KITTENS],
-            user_id="u",
-            run_id="s1",
-            infer=False,
-        )
+        _add_chat(m, _KITTENS)
         off = m.search(query, user_id="u", top_k=5, explain=True)["results"]
         assert off[0]["memory"] == asking, [r["memory"] for r in off]
         assert not any("question" in r["score_details"] for r in off)
