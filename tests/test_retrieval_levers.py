@@ -935,6 +935,9 @@ def test_asked_last_scales_questions_after_the_rest() -> None:
     assert asked_last([s], cfg)[0].score == 0.5
     zh = Hit(dataclasses.replace(_row("zh"), text="你搬到哪个城市了\uff1f"), 0.5, {"semantic": 0.7})
     assert asked_last([zh], cfg)[0].explain["question"] == 0.5
+    # The query repeats the question: it is what the query looks up.
+    same = Hit(q.row, 0.6, {"semantic": 0.95})
+    assert asked_last([same, a], cfg)[0] == same
     assert asked_last([q, a], FusionConfig(question_factor=1.0)) == [q, a]
     for preset in (HYBRID_RRF, DENSE_ONLY, KEYWORD_ONLY):
         assert preset.question_factor == 1.0

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 
 from engramdb.core.records import MemoryRow
 from engramdb.nlp.querytime import Period, asks_when, mentions_time, query_periods
-from engramdb.search import FusionConfig, Hit, asks, when
+from engramdb.search import FusionConfig, Hit, ScoreCalibration, asks, when
 
 __all__ = [
     "asked_last",
@@ -131,13 +131,19 @@ def asked_last(hits: Sequence[Hit], config: FusionConfig) -> list[Hit]:
     nothing, though its words and vector are near every question on its topic.
     Called after the lenders, so such a turn has already lent its full score to
     the reply beside it ("What are their names?" to "Luna and Oliver");
-    ``explain["question"]`` holds the factor on the hits it scaled.
+    ``explain["question"]`` holds the factor on the hits it scaled. A turn the
+    query repeats (its cosine reaches ``calibration.exact_cosine``) is what the
+    query looks up, and keeps its score.
     """
     factor = config.question_factor
     if factor >= 1:
         return list(hits)
+    cal = config.calibration
+    exact = cal.exact_cosine if cal is not None else ScoreCalibration().exact_cosine
     out = [
-        Hit(h.row, h.score * factor, {**h.explain, "question": factor}) if asks(h.row.text) else h
+        Hit(h.row, h.score * factor, {**h.explain, "question": factor})
+        if asks(h.row.text) and float(h.explain.get("semantic", 0.0)) < exact
+        else h
         for h in hits
     ]
     return sorted(out, key=_sort_key)

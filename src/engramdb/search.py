@@ -496,8 +496,9 @@ class FusionConfig(BaseModel):
     states: in a conversation it sits near every question about its topic, yet the
     answer is in the turn that replies. Its score (and ``relative``) is multiplied by
     this after the neighbour and entity lenders, so it still lends to the reply
-    beside it (:func:`engramdb.expand.asked_last`). Memories extracted as facts never
-    end so; docs/retrieval.md has the measurements."""
+    beside it (:func:`engramdb.expand.asked_last`). A turn the query repeats word for
+    word keeps its score. Memories extracted as facts never end so;
+    docs/retrieval.md has the measurements."""
     informative_terms: int = Field(default=0, ge=0, le=64)
     """Informativeness prior (0: off, the default): a candidate whose own text has fewer
     than this many distinct keyword terms (:func:`engramdb.nlp.index_terms`: stop words
