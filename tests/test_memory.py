@@ -570,6 +570,7 @@ def test_from_config_mem0_shape(tmp_path: Path) -> None:
         ({"bogus": 1}, "bogus"),
         ({"limits": {"max_text_chars": 0}}, "max_text_chars"),
         ({"vector_store": {"provider": "sqlite", "config": {"pth": "x"}}}, "pth"),
+        ({"retrieval": {"question_factor": 2}}, "question_factor"),
     ],
 )
 def test_bad_config(tmp_path: Path, cfg: dict[str, Any], match: str) -> None:

@@ -583,9 +583,12 @@ def test_new_lever_defaults_and_bounds() -> None:
         {"time_weight": -0.1},
         {"time_weight": 1.1},
         {"time_slack_days": -1},
+        {"question_factor": -0.1},
+        {"question_factor": 1.5},
     ):
         with pytest.raises(ValidationError):
             FusionConfig(**bad)
+    assert cfg.question_factor == 0.5
     names = [c.name for c in parse_grid({"entity_hop_hits": [0, 2], "time_weight": [0, 0.3]})]
     assert "entity_hop_hits=2, time_weight=0" in names
 
