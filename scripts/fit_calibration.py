@@ -116,9 +116,11 @@ def hit_relative(hit: dict[str, Any], dumped: ScoreCalibration, speaker: bool = 
     end of the curve to that end, and move the end knots a little on every refit.
     A question's factor is taken out of its score first (:func:`question_factor`).
     """
-    details = hit.get("score_details", {})
-    score = float(hit["score"]) / question_factor(hit)
-    relative = details.get("relative")
+    relative = hit.get("score_details", {}).get("relative")
+    factor = question_factor(hit)
+    if factor <= 0:  # question_factor 0: nothing of the score is left to read back
+        return float(relative) if relative is not None else 0.0
+    score = float(hit["score"]) / factor
     if relative is not None and abs(dumped.apply(float(relative), speaker) - score) <= 1e-9:
         return float(relative)
     return relative_of(score, dumped, speaker)

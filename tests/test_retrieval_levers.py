@@ -921,6 +921,7 @@ def test_a_turn_that_asks_goes_below_the_turn_that_states(
         assert "question" not in by_text[stating]["score_details"]
         # What the question lent its neighbour (lending comes first) is the same.
         lent = [r for r in off if r["score_details"].get("neighbour_of")]
+        assert lent
         for r in lent:
             assert by_text[r["memory"]]["score"] == pytest.approx(r["score"])
 

@@ -124,13 +124,17 @@ def _scaled(hit: Hit, factor: float, extra: Mapping[str, object]) -> Hit:
     return Hit(hit.row, hit.score * factor, explain)
 
 
+_EXACT_COSINE: float = ScoreCalibration.model_fields["exact_cosine"].default
+
+
 def asked_last(hits: Sequence[Hit], config: FusionConfig) -> list[Hit]:
     """``hits`` with each one that asks a question scaled by ``question_factor``, re-sorted.
 
     A turn that ends in a question mark (:func:`engramdb.search.asks`) states
     nothing, though its words and vector are near every question on its topic.
     Called after the lenders, so such a turn has already lent its full score to
-    the reply beside it ("What are their names?" to "Luna and Oliver");
+    the reply beside it ("What are their names?" to "Luna and Oliver"), and after
+    the calibration curve, so the factor scales a probability;
     ``explain["question"]`` holds the factor on the hits it scaled. A turn the
     query repeats (its cosine reaches ``calibration.exact_cosine``) is what the
     query looks up, and keeps its score.
@@ -139,7 +143,7 @@ def asked_last(hits: Sequence[Hit], config: FusionConfig) -> list[Hit]:
     if factor >= 1:
         return list(hits)
     cal = config.calibration
-    exact = cal.exact_cosine if cal is not None else ScoreCalibration().exact_cosine
+    exact = cal.exact_cosine if cal is not None else _EXACT_COSINE
     out = [
         Hit(h.row, h.score * factor, {**h.explain, "question": factor})
         if asks(h.row.text) and float(h.explain.get("semantic", 0.0)) < exact

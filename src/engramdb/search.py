@@ -494,9 +494,10 @@ class FusionConfig(BaseModel):
     """A question's share of its score (default 0.5; 1: off). A hit whose text ends in a
     question mark ("That's cool! Have you read all of his books?") asks rather than
     states: in a conversation it sits near every question about its topic, yet the
-    answer is in the turn that replies. Its score (and ``relative``) is multiplied by
-    this after the neighbour and entity lenders, so it still lends to the reply
-    beside it (:func:`engramdb.expand.asked_last`). A turn the query repeats word for
+    answer is in the turn that replies. Its score is multiplied by this after the
+    neighbour and entity lenders, so it still lends to the reply beside it, and after
+    the calibration curve: the probability is scaled, not ``relative``
+    (:func:`engramdb.expand.asked_last`). A turn the query repeats word for
     word keeps its score. Memories extracted as facts never end so;
     docs/retrieval.md has the measurements."""
     informative_terms: int = Field(default=0, ge=0, le=64)
