@@ -19,11 +19,21 @@ on LoCoMo and loses the supersession order the updates shape depends on.
 - **Reproducible bit for bit**: lbfgs on the same rows in the same order, and
   the coefficients rounded to 6 decimals; ``--check FILE`` refits and compares.
 
+- **A residual re-ranker** (``--residual``): what a learned model adds *on top
+  of* the shipped ranking. A pairwise logistic model (each right hit against
+  each wrong one of its question) learns corrections over the shipped score,
+  which enters as a fixed offset (``logit(score)``), from the features above
+  and the levers' marks (lent, asks, chatter, other subject, time, attribute,
+  supersession), L2-penalised by ``--lam``; held out the same way, it re-orders
+  each question's first ``--top`` hits (a superseder kept above what it
+  supersedes) and reports every shape's figures beside the dump's order.
+
 Usage::
 
     engram bench retrieval --dump bench-results/retrieval-dump.jsonl
     python scripts/train_fusion.py bench-results/retrieval-dump.jsonl --folds
     python scripts/train_fusion.py DUMP --out bench-results/fusion.json --report R.json
+    python scripts/train_fusion.py DUMP --residual [--lam 0.1] [--top 10]
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+from scipy.optimize import minimize
 from sklearn.linear_model import LogisticRegression
 
 from engramdb.search import FEATURES
@@ -199,6 +210,175 @@ def _mean(values: list[float]) -> float:
     return sum(real) / len(real) if real else float("nan")
 
 
+# -- the residual re-ranker ----------------------------------------------------------
+
+RESIDUAL_FEATURES: tuple[str, ...] = (
+    *FEATURES,
+    "cosine",
+    "attribute",
+    "lent",
+    "asks",
+    "time_factor",
+    "chatter",
+    "other_subject",
+    "speaker_named",
+    "supersedes",
+)
+"""What the residual model reads of a hit besides its score: :data:`FEATURES` (0 for
+a lent hit, which has none), the raw cosine, the attribute part, and the marks
+the levers after fusion leave in ``score_details``."""
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-4), 1.0 - 1e-4)
+    return math.log(p / (1.0 - p))
+
+
+def residual_row(hit: dict[str, Any]) -> list[float]:
+    """One hit's :data:`RESIDUAL_FEATURES` values."""
+    d = hit.get("score_details") or {}
+    feats = d.get("features") or {}
+    parts = d.get("parts") or {}
+    return [
+        *(float(feats.get(f, 0.0)) for f in FEATURES),
+        float(d.get("semantic") or 0.0),
+        float(parts.get("attribute") or 0.0),
+        0.0 if "features" in d else 1.0,
+        1.0 if "question" in d else 0.0,
+        float(d.get("time_factor", 1.0)),
+        float(d.get("chatter", 1.0)),
+        float(d.get("other_subject", 1.0)),
+        1.0 if d.get("speaker_named") else 0.0,
+        1.0 if "lifted_from" in d else 0.0,
+    ]
+
+
+def _matrices(question: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    hits = question["hits"]
+    x = np.array([residual_row(h) for h in hits], dtype=np.float64).reshape(len(hits), -1)
+    offset = np.array([_logit(float(h["score"])) for h in hits], dtype=np.float64)
+    gold = np.array([bool(h["is_gold"]) for h in hits], dtype=bool)
+    return x, offset, gold
+
+
+def fit_residual(questions: list[dict[str, Any]], lam: float) -> np.ndarray:
+    """Corrections over the shipped score (:data:`RESIDUAL_FEATURES` order).
+
+    Pairwise logistic loss on every (right hit, wrong hit) pair of a question,
+    the shipped score's logit a fixed offset; each shape weighs the same, each
+    question within it too; L2 strength ``lam`` on standardised differences.
+    """
+    per_shape: dict[str, int] = defaultdict(int)
+    blocks = []
+    for q in questions:
+        x, offset, gold = _matrices(q)
+        if gold.any() and (~gold).any():
+            per_shape[q["shape"]] += 1
+            blocks.append((q["shape"], x, offset, gold))
+    diffs, offsets, weights = [], [], []
+    for shape, x, offset, gold in blocks:
+        d = (x[gold][:, None, :] - x[~gold][None, :, :]).reshape(-1, x.shape[1])
+        o = (offset[gold][:, None] - offset[~gold][None, :]).reshape(-1)
+        diffs.append(d)
+        offsets.append(o)
+        weights.append(np.full(len(d), 1.0 / (len(d) * per_shape[shape])))
+    d_all = np.vstack(diffs)
+    o_all = np.concatenate(offsets)
+    w_all = np.concatenate(weights)
+    w_all /= w_all.sum()
+    scale = d_all.std(axis=0) + 1e-9
+    d_all = d_all / scale
+
+    def loss(beta: np.ndarray) -> tuple[float, np.ndarray]:
+        z = o_all + d_all @ beta
+        value = float((w_all * np.logaddexp(0.0, -z)).sum() + lam * beta @ beta)
+        grad = -(w_all / (1.0 + np.exp(z))) @ d_all + 2.0 * lam * beta
+        return value, grad
+
+    found = minimize(loss, np.zeros(d_all.shape[1]), jac=True, method="L-BFGS-B")
+    coef: np.ndarray = found.x / scale
+    return coef
+
+
+def reordered(question: dict[str, Any], coef: np.ndarray, top: int) -> list[dict[str, Any]]:
+    """The question's hits, the first ``top`` re-ordered by the residual model.
+
+    A superseder stays above a memory it supersedes (``lifted_from``), as the
+    shipped order keeps it.
+    """
+    hits: list[dict[str, Any]] = question["hits"]
+    if not hits:
+        return []
+    x, offset, _ = _matrices(question)
+    score = offset + x @ coef
+    head = sorted(range(min(top, len(hits))), key=lambda i: (-score[i], i))
+    order = [hits[i] for i in head] + hits[len(head) :]
+    moved = True
+    while moved:
+        moved = False
+        ids = [h["id"] for h in order]
+        for pos, hit in enumerate(order):
+            source = (hit.get("score_details") or {}).get("lifted_from")
+            if source in ids[:pos]:
+                order.insert(ids.index(source), order.pop(pos))
+                moved = True
+                break
+    return order
+
+
+def _figures(questions: list[dict[str, Any]], orders: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """P@1, P@3, MRR, any@10, all@10 (and multi-hop) of answerable questions in ``orders``."""
+    first, any10, all10, multi = [], [], [], []
+    for q, hits in zip(questions, orders, strict=True):
+        if not q.get("answerable", True) or not q.get("gold"):
+            continue
+        rank = next((i + 1 for i, h in enumerate(hits) if h["is_gold"]), None)
+        first.append(rank)
+        top = {h["id"] for h in hits[:10]}
+        groups = q.get("gold_groups") or [[g] for g in q["gold"]]
+        got = [bool(top & set(g)) for g in groups]
+        if q.get("category") is not None:
+            any10.append(float(any(got)))
+            all10.append(float(all(got)))
+            if q["category"] == 1:
+                multi.append(float(all(got)))
+    out: dict[str, Any] = {
+        "p@1": _mean([float(r == 1) for r in first]),
+        "p@3": _mean([float(r is not None and r <= 3) for r in first]),
+        "mrr": _mean([1.0 / r if r else 0.0 for r in first]),
+    }
+    if any10:
+        out.update({"any@10": _mean(any10), "all@10": _mean(all10), "multi_hop": _mean(multi)})
+    return out
+
+
+def residual_folds(questions: list[dict[str, Any]], lam: float, top: int) -> dict[str, Any]:
+    """Leave-one-fold-out: the dump's order and the re-ranked one, per shape and fold."""
+    keys = sorted({(q["shape"], str(q["fold"])) for q in questions})
+    per: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    coefs = []
+    for shape, key in keys:
+        train = [q for q in questions if (q["shape"], str(q["fold"])) != (shape, key)]
+        test = [q for q in questions if (q["shape"], str(q["fold"])) == (shape, key)]
+        coef = fit_residual(train, lam)
+        coefs.append(coef)
+        per[shape].append(
+            {
+                "fold": key,
+                "shipped": _figures(test, [q["hits"] for q in test]),
+                "residual": _figures(test, [reordered(q, coef, top) for q in test]),
+            }
+        )
+    mean: dict[str, Any] = {}
+    for shape, rows in per.items():
+        mean[shape] = {
+            side: {m: _mean([r[side][m] for r in rows]) for m in rows[0][side]}
+            for side in ("shipped", "residual")
+        }
+    learned = dict(zip(RESIDUAL_FEATURES, np.mean(coefs, axis=0).round(4).tolist(), strict=True))
+    return {"lam": lam, "top": top, "per_fold": dict(per), "mean": mean, "coef_mean": learned}
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -207,8 +387,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, default=None, help="Write fold figures here.")
     parser.add_argument("--folds", action="store_true", help="Leave-one-fold-out figures.")
     parser.add_argument("--check", type=Path, default=None, help="Refit; compare with FILE.")
+    parser.add_argument(
+        "--residual", action="store_true", help="Held-out figures of a residual re-ranker."
+    )
+    parser.add_argument("--lam", type=float, default=0.1, help="Its L2 strength.")
+    parser.add_argument("--top", type=int, default=10, help="The hits it re-orders.")
     args = parser.parse_args(argv)
     questions = load(args.dumps)
+    if args.residual:
+        found = residual_folds(questions, args.lam, args.top)
+        print(json.dumps({k: found[k] for k in ("lam", "top", "mean", "coef_mean")}, indent=2))
+        if args.report is not None:
+            args.report.parent.mkdir(parents=True, exist_ok=True)
+            args.report.write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
+        return 0
     model = fit(questions)
     text = model.model_dump_json(indent=2) + "\n"
     if args.check is not None:

@@ -14,6 +14,7 @@ flow module (they all build on this one).
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -110,6 +111,18 @@ def record_of(row: MemoryRow) -> dict[str, Any]:
     }
 
 
+def own_copy(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The caller's own copy of a record's metadata.
+
+    Records may be shared (a search's rows come from the store's row memo),
+    so what leaves the library is copied: a shallow copy when every value is
+    plain, a deep one when a value holds a list or an object.
+    """
+    if any(isinstance(v, dict | list) for v in metadata.values()):
+        return copy.deepcopy(metadata)
+    return dict(metadata)
+
+
 def item(row: MemoryRow, linkable: set[str] | None = None) -> dict[str, Any]:
     """A stored memory in mem0's result shape (optional fields only when set).
 
@@ -119,7 +132,7 @@ def item(row: MemoryRow, linkable: set[str] | None = None) -> dict[str, Any]:
         "id": row.id,
         "memory": row.text,
         "hash": row.hash,
-        "metadata": row.metadata,
+        "metadata": own_copy(row.metadata),
         "score": None,
         "created_at": row.created_at,
         "updated_at": row.updated_at,

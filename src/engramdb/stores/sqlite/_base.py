@@ -243,60 +243,39 @@ class SeqMemo(Generic[K, V]):
                 self._entries[key] = value
 
 
-_RowEntry = tuple[tuple[Any, ...], MemoryRow, dict[str, Any] | None]
-
-
-class RowMemo(SeqMemo[int, _RowEntry]):
-    """The rows searches of one scope read, by row id: their columns and records.
+class RowMemo(SeqMemo[int, MemoryRow]):
+    """The rows searches of one scope read, by row id: their records, shared.
 
     A search reads about ninety candidate rows, most of them again and again
     for the scope's next queries; turning them into records (their JSON,
     sessions and links: three queries) was a third of a search's time
-    without the query embedding. Only searches that see the whole cache's
-    scope, without a filter, read it (what they find in it is in their scope
-    by construction; deletion and expiry are checked on its columns). Every
-    read builds new records from what is kept, so a caller that changes a
-    result's metadata changes nothing here: metadata of plain values (no list
-    or object inside) is kept decoded and copied, the rest decoded again.
+    without the query embedding, and building a new record of each kept row
+    on every read was another tenth (0.27 ms of 2.6). Only searches that see
+    the whole cache's scope, without a filter, read it (what they find in it
+    is in their scope by construction; deletion and expiry are checked on
+    its columns).
+
+    The records are shared, not copied: a search reads them and changes none
+    (nothing in a search assigns to a record), and what leaves the library is
+    copied at the door (:func:`engramdb.flows.shared.item` copies the
+    metadata; its lists and dicts are new), so a caller that changes a
+    result's metadata changes nothing here.
     """
 
     __slots__ = ()
 
     @staticmethod
-    def entry_bytes(key: int, value: _RowEntry) -> int:
-        """A row's columns and its record: ~1,100 bytes of objects, and its text twice."""
-        raw = value[0]
-        return 1_100 + 2 * sum(len(v) for v in raw if isinstance(v, str))
+    def entry_bytes(key: int, value: MemoryRow) -> int:
+        """A record: ~1,100 bytes of objects, its text, and its metadata as JSON would be."""
+        return 1_100 + len(value.text) + (32 * len(value.metadata))
 
     def get(self, rowid: int) -> MemoryRow | None:
-        """A new record of row ``rowid`` as last read, or None when it is not kept."""
-        entry = self._entries.get(rowid)
-        if entry is None:
-            return None
-        raw, row, flat = entry
-        return memory_row(
-            raw,
-            ISO_TEXT,
-            run_ids=row.run_ids,
-            agent_ids=row.agent_ids,
-            linked_ids=row.linked_ids,
-            link_kinds=row.link_kinds,
-            metadata=None if flat is None else dict(flat),
-        )
+        """The kept record of row ``rowid`` (shared: read it, never change it), or None."""
+        return self._entries.get(rowid)
 
-    def keep(self, seq: int, rows: Sequence[tuple[tuple[Any, ...], MemoryRow]]) -> None:
-        """Keep ``(columns, record)`` pairs read at ``seq``, by the row id in the columns.
-
-        Call it before the records are handed out: their metadata is copied here.
-        """
-        self.put(seq, [(int(raw[0]), (raw, row, _flat_copy(row.metadata))) for raw, row in rows])
-
-
-def _flat_copy(metadata: dict[str, Any]) -> dict[str, Any] | None:
-    """A copy of ``metadata`` when its values are plain (a shallow copy is then a full one)."""
-    if any(isinstance(v, dict | list) for v in metadata.values()):
-        return None
-    return dict(metadata)
+    def keep(self, seq: int, rows: Sequence[tuple[int, MemoryRow]]) -> None:
+        """Keep ``(row id, record)`` pairs read at ``seq`` (records nobody changes after)."""
+        self.put(seq, rows)
 
 
 class DegreeMemo(SeqMemo[Any, int]):

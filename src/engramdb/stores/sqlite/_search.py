@@ -524,11 +524,10 @@ class _Search(_Store):
                 f"({','.join('?' * len(chunk))}) AND {sql}",
                 [*chunk, *params],
             ).fetchall()
-            hydrated = self._hydrate(con, raw)
-            for r, row in zip(raw, hydrated, strict=True):
-                found[int(r[0])] = row
+            read = [(int(r[0]), row) for r, row in zip(raw, self._hydrate(con, raw), strict=True)]
+            found.update(read)
             if memo is not None:
-                memo[0].keep(memo[1], list(zip(raw, hydrated, strict=True)))
+                memo[0].keep(memo[1], read)
         if memo is not None and todo:
             found = dict(sorted(found.items()))
         return found
