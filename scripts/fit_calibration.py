@@ -96,14 +96,20 @@ def relative_of(score: float, dumped: ScoreCalibration, speaker: bool = False) -
     return float(dumped.center + dumped.width * math.log(s / (1.0 - s)))
 
 
-def question_factor(hit: dict[str, Any]) -> float:
-    """The factor a hit that asks a question had its score multiplied by (1: none).
+AFTER_CURVE: tuple[str, ...] = ("question", "superseded")
+"""The ``score_details`` keys of the factors applied to a calibrated score:
+``FusionConfig.question_factor`` (a turn that asks) and
+``FusionConfig.superseded_factor`` (a replaced memory, for a question about now)."""
 
-    ``score_details["question"]`` (``FusionConfig.question_factor``, applied to the
-    calibrated score): such a hit is fitted at its ``relative`` like every other,
-    and judged with its factor.
+
+def after_curve_factor(hit: dict[str, Any]) -> float:
+    """What a hit's calibrated score was multiplied by after the curve (1: nothing).
+
+    Such a hit is fitted at its ``relative`` like every other, and judged with
+    its factors (:data:`AFTER_CURVE`).
     """
-    return float(hit.get("score_details", {}).get("question", 1.0))
+    details = hit.get("score_details", {})
+    return math.prod(float(details.get(key, 1.0)) for key in AFTER_CURVE)
 
 
 def hit_relative(hit: dict[str, Any], dumped: ScoreCalibration, speaker: bool = False) -> float:
@@ -114,11 +120,12 @@ def hit_relative(hit: dict[str, Any], dumped: ScoreCalibration, speaker: bool = 
     and then only the score says where the hit stands: it is read back
     (:func:`relative_of`). Reading every hit back would pin those beyond a flat
     end of the curve to that end, and move the end knots a little on every refit.
-    A question's factor is taken out of its score first (:func:`question_factor`).
+    The factors after the curve are taken out of its score first
+    (:func:`after_curve_factor`).
     """
     relative = hit.get("score_details", {}).get("relative")
-    factor = question_factor(hit)
-    if factor <= 0:  # question_factor 0: nothing of the score is left to read back
+    factor = after_curve_factor(hit)
+    if factor <= 0:  # a factor of 0: nothing of the score is left to read back
         return float(relative) if relative is not None else 0.0
     score = float(hit["score"]) / factor
     if relative is not None and abs(dumped.apply(float(relative), speaker) - score) <= 1e-9:
@@ -264,7 +271,7 @@ def judge(
         hits = q["hits"]
         named = speaker_named(q)
         scores = [
-            cal.apply(hit_relative(h, dumped, named), named) * question_factor(h) for h in hits
+            cal.apply(hit_relative(h, dumped, named), named) * after_curve_factor(h) for h in hits
         ]
         for h, s in zip(hits, scores, strict=True):
             calib.append((s, 1.0 / len(hits), 1 if h["is_gold"] else 0))

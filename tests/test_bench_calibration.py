@@ -120,8 +120,15 @@ def test_the_fitter_reads_a_hits_dumped_relative_unless_a_lever_moved_its_score(
     assert fitter.hit_relative({"score": cal.apply(0.5)}, cal) == pytest.approx(0.5)
     # A turn that asks scores the curve's times its factor: the factor comes out first.
     asked = {"score": 0.5 * cal.apply(0.95), "score_details": {"relative": 0.95, "question": 0.5}}
-    assert fitter.question_factor(asked) == 0.5 and fitter.question_factor(top) == 1.0
+    assert fitter.after_curve_factor(asked) == 0.5 and fitter.after_curve_factor(top) == 1.0
     assert fitter.hit_relative(asked, cal) == 0.95
+    # A replaced memory, for a question about now, with a question's factor too: both out.
+    stale = {
+        "score": 0.02 * 0.5 * cal.apply(0.7),
+        "score_details": {"relative": 0.7, "question": 0.5, "superseded": 0.02},
+    }
+    assert fitter.after_curve_factor(stale) == pytest.approx(0.01)
+    assert fitter.hit_relative(stale, cal) == 0.7
 
 
 @pytest.mark.skipif(_DATA is None or not _DATA.is_file(), reason="LoCoMo data not found")

@@ -571,6 +571,7 @@ def test_from_config_mem0_shape(tmp_path: Path) -> None:
         ({"limits": {"max_text_chars": 0}}, "max_text_chars"),
         ({"vector_store": {"provider": "sqlite", "config": {"pth": "x"}}}, "pth"),
         ({"retrieval": {"question_factor": 2}}, "question_factor"),
+        ({"retrieval": {"superseded_factor": -1}}, "superseded_factor"),
     ],
 )
 def test_bad_config(tmp_path: Path, cfg: dict[str, Any], match: str) -> None:

@@ -35,7 +35,15 @@ from engramdb.llms import ScriptedLLM
 from engramdb.memory import Memory
 from engramdb.nlp.querytime import asks_when, mentions_time, query_periods
 from engramdb.rewrite import build_rewrite_prompt, looks_multipart, merge_hits, parse_rewrite
-from engramdb.search import DENSE_ONLY, HYBRID_RRF, KEYWORD_ONLY, FusionConfig, Hit, calibrate
+from engramdb.search import (
+    DENSE_ONLY,
+    HYBRID_RRF,
+    KEYWORD_ONLY,
+    FusionConfig,
+    Hit,
+    calibrate,
+    stale_below,
+)
 from engramdb.stores.base import Scope
 from engramdb_bench.locomo_folds import parse_grid
 
@@ -585,10 +593,12 @@ def test_new_lever_defaults_and_bounds() -> None:
         {"time_slack_days": -1},
         {"question_factor": -0.1},
         {"question_factor": 1.5},
+        {"superseded_factor": -0.01},
+        {"superseded_factor": 1.01},
     ):
         with pytest.raises(ValidationError):
             FusionConfig(**bad)
-    assert cfg.question_factor == 0.5
+    assert cfg.question_factor == 0.5 and cfg.superseded_factor == 0.02
     names = [c.name for c in parse_grid({"entity_hop_hits": [0, 2], "time_weight": [0, 0.3]})]
     assert "entity_hop_hits=2, time_weight=0" in names
 
@@ -945,3 +955,67 @@ def test_asked_last_scales_questions_after_the_rest() -> None:
     assert asked_last([q, a], FusionConfig(question_factor=1.0)) == [q, a]
     for preset in (HYBRID_RRF, DENSE_ONLY, KEYWORD_ONLY):
         assert preset.question_factor == 1.0
+
+
+# -- a replaced memory, for a question about now (superseded_factor) -------------------------
+
+
+def _maya(m: Memory) -> tuple[str, str]:
+    """Maya's home, then her move linked as an update of it, and one unrelated fact."""
+    first = m.add("Maya lives in Lisbon.", user_id="u", infer=False)["results"][0]["id"]
+    moved = m.add("Maya moved to Porto.", user_id="u", infer=False, links={first: "updates"})[
+        "results"
+    ][0]["id"]
+    m.add("Maya's brother teaches maths in Braga.", user_id="u", infer=False)
+    return str(first), str(moved)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_replaced_memory_no_longer_answers_a_question_about_now(
+    request: pytest.FixtureRequest, backend: str, db_path: Path, embedder: LocalEmbedder
+) -> None:
+    now, before = "Where does Maya live these days?", "Where did Maya live before?"
+    with _open(request, backend, db_path, embedder, {"superseded_factor": 1.0}) as m:  # off
+        first, moved = _maya(m)
+        off = m.search(now, user_id="u", top_k=5, explain=True)["results"]
+        # Supersession alone: the move first, risen to the score of what it replaced.
+        assert [r["id"] for r in off[:2]] == [moved, first]
+        assert off[0]["score"] == off[1]["score"] > 0
+        assert not any("superseded" in r["score_details"] for r in off)
+        off_before = m.search(before, user_id="u", top_k=5)["results"]
+    with _open(request, backend, db_path, embedder) as m:  # the default: 0.02
+        on = m.search(now, user_id="u", top_k=5, explain=True)["results"]
+        by_id = {r["id"]: r for r in on}
+        assert on[0]["id"] == moved and on[0]["score"] == pytest.approx(off[0]["score"])
+        stale = by_id[first]
+        assert stale["score"] == pytest.approx(0.02 * off[1]["score"])
+        assert stale["score_details"]["superseded"] == 0.02
+        assert stale["superseded_by"] == [moved]
+        # Sorted by the score it now has (the unrelated fact kept its own).
+        assert [r["score"] for r in on] == sorted((r["score"] for r in on), reverse=True)
+        # A question about the previous value: nothing moves, the old home comes first.
+        assert m.search(before, user_id="u", top_k=5)["results"] == off_before
+        assert off_before[0]["id"] == first
+        # As of the moment the old home was stated, nothing had replaced it yet.
+        then = m.get(first)
+        assert then is not None
+        back = m.search(now, user_id="u", top_k=5, explain=True, as_of=then["created_at"])
+        assert back["results"][0]["id"] == first
+        assert "superseded" not in back["results"][0]["score_details"]
+        # Without superseded memories, the same answer and nothing stale.
+        kept = m.search(now, user_id="u", top_k=5, include_superseded=False)["results"]
+        assert [r["id"] for r in kept] == [r["id"] for r in on if r["id"] != first]
+
+
+def test_stale_below_scales_only_what_is_superseded() -> None:
+    new, old, other = _row("new"), _row("old"), _row("other")
+    hits = [Hit(new, 0.5, {}), Hit(old, 0.5, {}), Hit(other, 0.2, {})]
+    out = stale_below(hits, {"old": [new]}, 0.02)
+    assert [h.row.id for h in out] == ["new", "other", "old"]
+    assert out[2].score == pytest.approx(0.01) and out[2].explain["superseded"] == 0.02
+    assert "superseded" not in out[0].explain and out[1].score == 0.2
+    # Off, or nothing superseded: the same hits in the same order.
+    assert stale_below(hits, {"old": [new]}, 1.0) == hits
+    assert stale_below(hits, {}, 0.02) == hits
+    for preset in (HYBRID_RRF, DENSE_ONLY, KEYWORD_ONLY):
+        assert preset.superseded_factor == 1.0

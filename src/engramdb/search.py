@@ -15,7 +15,7 @@ import heapq
 import itertools
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -75,6 +75,7 @@ __all__ = [
     "query_names",
     "rank_superseded",
     "recency_factor",
+    "stale_below",
     "subject_free_text",
     "subject_terms",
     "when",
@@ -500,6 +501,19 @@ class FusionConfig(BaseModel):
     (:func:`engramdb.expand.asked_last`). A turn the query repeats word for
     word keeps its score. Memories extracted as facts never end so;
     docs/retrieval.md has the measurements."""
+    superseded_factor: float = Field(default=0.02, ge=0, le=1)
+    """A superseded memory's share of its score when the question asks what holds
+    now (default 0.02; 1: off). For such a question
+    (:func:`engramdb.nlp.querytime.asks_present`: "Where does Maya live these
+    days?"), a memory that a live, newer one ``updates`` or ``contradicts`` no
+    longer answers, yet it kept the score its words earned, equal to its
+    superseder's. Its score is multiplied by this after the supersession order,
+    and it sorts by that score (:func:`stale_below`). A question about the
+    previous value or about a named time is not such a question, and nothing
+    moves for it; with ``as_of``, superseded means superseded by then. In the
+    development suite none of the 2,916 superseded hits of present-tense
+    questions answered one; three would be the 95 % bound, a factor of 0.016 at
+    their mean score (0.066): 0.02 rounds it up (docs/retrieval.md)."""
     informative_terms: int = Field(default=0, ge=0, le=64)
     """Informativeness prior (0: off, the default): a candidate whose own text has fewer
     than this many distinct keyword terms (:func:`engramdb.nlp.index_terms`: stop words
@@ -521,6 +535,7 @@ _SIGNALS_ALONE: dict[str, Any] = {
     "when_weight": 0.0,
     "chatter_factor": 1.0,
     "question_factor": 1.0,
+    "superseded_factor": 1.0,
     "attribute_gate": 0.0,
     "attribute_weight": 0.0,
     "attribute_currency": False,
@@ -1271,6 +1286,29 @@ def rank_superseded(
     order.sort(key=lambda h: when(h.row), reverse=True)
     order.sort(key=lambda h: (-h.score, place[h.row.id], (h.row.id in superseded) != previous))
     return order
+
+
+def stale_below(
+    hits: Sequence[Hit], superseders: Mapping[str, Sequence[MemoryRow]], factor: float
+) -> list[Hit]:
+    """For a question about now: every superseded hit scaled by ``factor``, re-sorted.
+
+    ``superseders``: as :func:`rank_superseded` reads them (a hit with one is
+    superseded). Called after it, so a superseder has already risen to the
+    score its predecessor's words earned; the predecessor no longer answers,
+    and its probability says so (``explain["superseded"]`` holds the factor).
+    The sort is stable: hits of equal score keep their order.
+    """
+    if factor >= 1:
+        return list(hits)
+    out = [
+        Hit(h.row, h.score * factor, {**h.explain, "superseded": factor})
+        if superseders.get(h.row.id)
+        else h
+        for h in hits
+    ]
+    out.sort(key=lambda h: -h.score)
+    return out
 
 
 def asks(text: str) -> bool:

@@ -93,6 +93,7 @@ from engramdb.search import (
     query_embedding_text,
     query_names,
     rank_superseded,
+    stale_below,
     subject_terms,
     when,
 )
@@ -621,6 +622,9 @@ class ReadFlows(FlowState):
         )
         if before and not names_newer(before, supers):
             hits = before_unlinked(hits, before)
+        if supers and self.fusion.superseded_factor < 1 and asks_present(text):
+            # What holds now: a replaced memory no longer answers (search.py).
+            hits = stale_below(hits, supers, self.fusion.superseded_factor)
         if present and self.fusion.present_alike_cosine > 0 and len(hits) > 1:
             hits = yield from self._newer_first(hits)
         return hits, supers
