@@ -253,7 +253,7 @@ class RowMemo(SeqMemo[int, MemoryRow]):
     on every read was another tenth (0.27 ms of 2.6). Only searches that see
     the whole cache's scope, without a filter, read it (what they find in it
     is in their scope by construction; deletion and expiry are checked on
-    its columns).
+    the kept records).
 
     The records are shared, not copied: a search reads them and changes none
     (nothing in a search assigns to a record), and what leaves the library is
