@@ -983,6 +983,8 @@ def test_a_replaced_memory_no_longer_answers_a_question_about_now(
         assert off[0]["score"] == off[1]["score"] > 0
         assert not any("superseded" in r["score_details"] for r in off)
         off_before = m.search(before, user_id="u", top_k=5)["results"]
+        off_history = m.search("Which cities has Maya lived in?", user_id="u", top_k=5)
+        off_history = off_history["results"]
     with _open(request, backend, db_path, embedder) as m:  # the default: 0.02
         on = m.search(now, user_id="u", top_k=5, explain=True)["results"]
         by_id = {r["id"]: r for r in on}
@@ -996,6 +998,9 @@ def test_a_replaced_memory_no_longer_answers_a_question_about_now(
         # A question about the previous value: nothing moves, the old home comes first.
         assert m.search(before, user_id="u", top_k=5)["results"] == off_before
         assert off_before[0]["id"] == first
+        # A question of what has piled up asks for the old home too: nothing moves.
+        history = "Which cities has Maya lived in?"
+        assert m.search(history, user_id="u", top_k=5)["results"] == off_history
         # As of the moment the old home was stated, nothing had replaced it yet.
         then = m.get(first)
         assert then is not None

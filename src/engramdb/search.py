@@ -509,8 +509,10 @@ class FusionConfig(BaseModel):
     longer answers, yet it kept the score its words earned, equal to its
     superseder's. Its score is multiplied by this after the supersession order,
     and it sorts by that score (:func:`stale_below`). A question about the
-    previous value or about a named time is not such a question, and nothing
-    moves for it; with ``as_of``, superseded means superseded by then. In the
+    previous value, about a named time or about what has piled up
+    (:func:`engramdb.nlp.querytime.asks_collection`: "Which cities has Maya
+    lived in?") is not such a question, and nothing moves for it; with
+    ``as_of``, superseded means superseded by then. In the
     development suite none of the 2,916 superseded hits of present-tense
     questions answered one; three would be the 95 % bound, a factor of 0.016 at
     their mean score (0.066): 0.02 rounds it up (docs/retrieval.md)."""

@@ -622,8 +622,14 @@ class ReadFlows(FlowState):
         )
         if before and not names_newer(before, supers):
             hits = before_unlinked(hits, before)
-        if supers and self.fusion.superseded_factor < 1 and asks_present(text):
-            # What holds now: a replaced memory no longer answers (search.py).
+        if (
+            supers
+            and self.fusion.superseded_factor < 1
+            and asks_present(text)
+            and not asks_collection(text)
+        ):
+            # What holds now: a replaced memory no longer answers (search.py). A question
+            # of what has piled up ("Which cities has Maya lived in?") asks for it too.
             hits = stale_below(hits, supers, self.fusion.superseded_factor)
         if present and self.fusion.present_alike_cosine > 0 and len(hits) > 1:
             hits = yield from self._newer_first(hits)
