@@ -6,9 +6,11 @@ import os
 # products into tens of milliseconds; the tests measure behaviour, not BLAS.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from engramdb import Memory
@@ -57,9 +59,31 @@ def pg_server() -> Iterator[PgServer]:
     server.stop()
 
 
+def _no_older_snapshots(url: str, timeout: float = 5.0) -> None:
+    """Wait until no other session of the server holds a snapshot (at most ``timeout``).
+
+    VACUUM keeps a dead row version that an older snapshot may still read
+    (docs/postgres.md, "What may remain"), and the purge tests check that none
+    is left: a test starts once what ran before it (a pool still closing, an
+    autovacuum ANALYZE) has let go. A fresh-clone CI run once failed a purge
+    test on exactly that.
+    """
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as con:
+        while time.monotonic() < deadline:
+            row = con.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE pid <> pg_backend_pid() AND backend_xmin IS NOT NULL"
+            ).fetchone()
+            if row is None or row[0] == 0:
+                return
+            time.sleep(0.05)
+
+
 @pytest.fixture
 def pg_config(pg_server: PgServer) -> Iterator[dict[str, object]]:
     """The PostgreSQL store config of a fresh schema, dropped after the test."""
+    _no_older_snapshots(pg_server.url)
     with pg_server.schema() as config:
         yield config
 
