@@ -52,6 +52,7 @@ from scipy.optimize import minimize
 from sklearn.linear_model import LogisticRegression
 
 from engramdb.search import FEATURES
+from engramdb_bench.retrieval import QueryDump, metrics
 
 VERSION = "fusion_v1"
 
@@ -326,30 +327,17 @@ def reordered(question: dict[str, Any], coef: np.ndarray, top: int) -> list[dict
     return order
 
 
+_FIGURES = ("p@1", "p@3", "mrr", "any@10", "all@10", "multi_hop_all@10")
+
+
 def _figures(questions: list[dict[str, Any]], orders: list[list[dict[str, Any]]]) -> dict[str, Any]:
-    """P@1, P@3, MRR, any@10, all@10 (and multi-hop) of answerable questions in ``orders``."""
-    first, any10, all10, multi = [], [], [], []
-    for q, hits in zip(questions, orders, strict=True):
-        if not q.get("answerable", True) or not q.get("gold"):
-            continue
-        rank = next((i + 1 for i, h in enumerate(hits) if h["is_gold"]), None)
-        first.append(rank)
-        top = {h["id"] for h in hits[:10]}
-        groups = q.get("gold_groups") or [[g] for g in q["gold"]]
-        got = [bool(top & set(g)) for g in groups]
-        if q.get("category") is not None:
-            any10.append(float(any(got)))
-            all10.append(float(all(got)))
-            if q["category"] == 1:
-                multi.append(float(all(got)))
-    out: dict[str, Any] = {
-        "p@1": _mean([float(r == 1) for r in first]),
-        "p@3": _mean([float(r is not None and r <= 3) for r in first]),
-        "mrr": _mean([1.0 / r if r else 0.0 for r in first]),
-    }
-    if any10:
-        out.update({"any@10": _mean(any10), "all@10": _mean(all10), "multi_hop": _mean(multi)})
-    return out
+    """The suite's ranking figures (:func:`engramdb_bench.retrieval.metrics`) of ``orders``."""
+    dumps = [
+        QueryDump(**{**q, "hits": tuple({**h, "rank": r} for r, h in enumerate(hits, 1))})
+        for q, hits in zip(questions, orders, strict=True)
+    ]
+    found = metrics(dumps)
+    return {k: found[k] for k in _FIGURES if found.get(k) is not None}
 
 
 def residual_folds(questions: list[dict[str, Any]], lam: float, top: int) -> dict[str, Any]:
