@@ -362,6 +362,60 @@ def test_expand_links_and_timeline_order(db_path: Path, embedder: LocalEmbedder)
         assert len({r["id"] for r in expanded}) == len(expanded)  # no repeats
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_expand_links_leads_only_where_the_search_may_go(
+    request: pytest.FixtureRequest, backend: str, db_path: Path, embedder: LocalEmbedder
+) -> None:
+    # A linked memory passes what a hit passes: filters, as_of, expiry and
+    # include_superseded=False. Each of these let one through before.
+    config: dict[str, Any] | None = None
+    if backend == "postgres":
+        config = {
+            "vector_store": {"provider": "postgres", "config": request.getfixturevalue("pg_config")}
+        }
+    path = None if backend == "postgres" else db_path
+    with Memory(path, config=config, embedder=embedder) as m:
+
+        def one(text: str, when: str, topic: str, **kw: Any) -> str:
+            out = m.add(
+                text, user_id="u", infer=False, timestamp=when, metadata={"topic": topic}, **kw
+            )
+            return str(out["results"][0]["id"])
+
+        home = one("Maya lives in Lisbon.", "2023-01-05", "home")
+        moved = one("Maya moved to Porto.", "2024-03-01", "move", links={home: "updates"})
+        lease = one(
+            "Maya's lease on the Porto flat.",
+            "2024-03-02",
+            "move",
+            links={moved: "related"},
+            expiration_date="2024-12-31",
+        )
+
+        def found(**kw: Any) -> list[Any]:
+            """The hit, then the set of what it led to (links come in no set order)."""
+            rs = m.search("Where does Maya live?", user_id="u", top_k=1, expand_links=True, **kw)
+            first, *rest = [(r["id"], r.get("linked_from")) for r in rs["results"]]
+            return [first, *sorted(rest)]
+
+        # Everything linked, as before, but the lease is past its expiry.
+        assert found() == [(moved, None), (home, moved)]
+        assert found(show_expired=True) == [(moved, None), *sorted([(home, moved), (lease, moved)])]
+        # As of a day in 2023 only the old home had been said.
+        assert found(as_of="2023-06-01") == [(home, None)]
+        # As of the day after the lease, the lease held and the home was replaced.
+        assert found(as_of="2024-03-03", include_superseded=False) == [
+            (moved, None),
+            (lease, moved),
+        ]
+        assert found(include_superseded=False) == [(moved, None)]
+        assert found(filters={"topic": "move"}) == [(moved, None)]
+        assert found(filters={"topic": "home"}) == [(home, None)]
+        # A linked memory carries superseded_by like any result.
+        rs = m.search("Where does Maya live?", user_id="u", top_k=1, expand_links=True)
+        assert [r["superseded_by"] for r in rs["results"]] == [[], [moved]]
+
+
 # -- presets --------------------------------------------------------------------------------
 
 

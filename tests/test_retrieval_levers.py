@@ -31,6 +31,7 @@ from engramdb.expand import (
     weigh_by_time,
     weigh_when,
 )
+from engramdb.flows.read import merge_deeper
 from engramdb.llms import ScriptedLLM
 from engramdb.memory import Memory
 from engramdb.nlp.querytime import asks_when, mentions_time, query_periods
@@ -1010,6 +1011,76 @@ def test_a_replaced_memory_no_longer_answers_a_question_about_now(
         # Without superseded memories, the same answer and nothing stale.
         kept = m.search(now, user_id="u", top_k=5, include_superseded=False)["results"]
         assert [r["id"] for r in kept] == [r["id"] for r in on if r["id"] != first]
+
+
+# Facts about Maya that a question of where she lives ranks below her homes.
+_MAYA_MORE = [
+    "Maya works as a nurse at the children's hospital.",
+    "Maya's favourite food is grilled sardines.",
+    "Maya plays the cello in an amateur orchestra.",
+    "Maya is allergic to cats.",
+    "Maya runs along the river every Sunday morning.",
+    "Maya's sister Ines lives in Coimbra.",
+    "Maya learned to surf last summer.",
+    "Maya drives an old blue Fiat.",
+    "Maya is reading a novel about Antarctica.",
+    "Maya's birthday is on the 3rd of March.",
+    "Maya studied biology at university.",
+    "Maya volunteers at the food bank on Thursdays.",
+    "Maya grows tomatoes on her balcony.",
+    "Maya prefers tea to coffee.",
+    "Maya's best friend is called Joana.",
+    "Maya went to Morocco for her holidays.",
+    "Maya is saving up for a new bike.",
+    "Maya speaks French and a little German.",
+    "Maya's dog is a greyhound called Pepper.",
+    "Maya hates early meetings.",
+    "Maya's flat has a view of the harbour.",
+    "Maya wants to visit Japan next year.",
+    "Maya bakes bread at the weekend.",
+    "Maya is training for a half marathon.",
+    "Maya's parents live near the coast.",
+    "Maya collects vinyl records.",
+    "Maya takes the tram to work.",
+    "Maya had her appendix out as a child.",
+    "Maya is learning to play chess online.",
+    "Maya's neighbours are very noisy.",
+]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_results_come_sorted_by_score_whatever_top_k(
+    request: pytest.FixtureRequest, backend: str, db_path: Path, embedder: LocalEmbedder
+) -> None:
+    # The first 20 hits are settled on 20; a top_k above 20 merges a deeper pass
+    # in by score. Appended after them instead, the deeper pass's hits came after
+    # the replaced home, which a factor of 0 leaves in the first 20 at score 0.
+    now = "Where does Maya live these days?"
+    with _open(request, backend, db_path, embedder, {"superseded_factor": 0.0}) as m:
+        first, moved = _maya(m)
+        m.add([{"role": "user", "content": t} for t in _MAYA_MORE], user_id="u", infer=False)
+        head = m.search(now, user_id="u", top_k=20)["results"]
+        deep = m.search(now, user_id="u", top_k=40, explain=True)["results"]
+        assert first in [r["id"] for r in head]
+        scores = [r["score"] for r in deep]
+        assert len(deep) == 33 and scores == sorted(scores, reverse=True)
+        assert deep[0]["id"] == head[0]["id"] == moved
+        # The first pass keeps its own order; the deeper pass only adds.
+        kept = [r["id"] for r in deep if r["id"] in {h["id"] for h in head}]
+        assert kept == [r["id"] for r in head]
+        assert deep[-1]["id"] == first and deep[-1]["score"] == 0.0
+        assert deep[-1]["score_details"]["superseded"] == 0.0
+
+
+def test_merge_deeper_keeps_the_first_pass_order() -> None:
+    a, b, c, d = (_row(x) for x in "abcd")
+    # A tie keeps the first pass's order (a superseder above what it replaced).
+    head = [Hit(a, 0.5, {}), Hit(b, 0.5, {}), Hit(c, 0.1, {})]
+    deeper = [Hit(b, 0.5, {}), Hit(d, 0.3, {}), Hit(a, 0.5, {})]
+    assert [h.row.id for h in merge_deeper(head, deeper)] == ["a", "b", "d", "c"]
+    assert [h.row.id for h in merge_deeper(head, [Hit(d, 0.5, {})])] == ["a", "b", "d", "c"]
+    assert merge_deeper(head, [Hit(d, 0.6, {})])[0].row.id == "d"
+    assert merge_deeper(head, []) == head
 
 
 def test_stale_below_scales_only_what_is_superseded() -> None:

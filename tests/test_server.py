@@ -440,6 +440,18 @@ def test_superseded_memories_over_rest(stack: Stack) -> None:
         assert [r["id"] for r in now.json()["results"]] == [new]
         then = c.post("/search", json={"query": "where do I live", "as_of": "2023-06-01"})
         assert [r["id"] for r in then.json()["results"]] == [old]
+        # expand_links leads only where the search itself may go: not to the move
+        # before it was said, not to the old home when replaced ones are left out.
+        for body, want in (
+            ({"as_of": "2023-06-01"}, [old]),
+            ({"include_superseded": False}, [new]),
+            ({}, [new, old]),
+        ):
+            linked = c.post(
+                "/search", json={"query": "where do I live", "expand_links": True, **body}
+            ).json()["results"]
+            assert [r["id"] for r in linked] == want, body
+            assert all("superseded_by" in r for r in linked)
         got = c.get(f"/memories/{old}").json()
         assert got["superseded_by"] == [new] and got["link_kinds"] == {new: "updated_by"}
         # Another tenant's id is refused like an unknown one, and a bad kind is a 422.

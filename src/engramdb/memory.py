@@ -146,8 +146,9 @@ class Memory(BaseMemory):
         is required. Each result carries ``score`` in [0, 1]; ``threshold``
         drops results below it; ``explain=True`` adds the parts of the score
         (``score_details``); ``expand_links=True`` adds the memories linked to
-        each hit right after it (with ``linked_from``). ``limit`` is an alias
-        of ``top_k``. ``rerank=False`` skips a configured reranker for this
+        each hit right after it (with ``linked_from``), those the search itself
+        may return (scope, filters, ``as_of``, expiry, ``include_superseded``).
+        ``limit`` is an alias of ``top_k``. ``rerank=False`` skips a configured reranker for this
         call (``None``, the default: the configuration decides; ``True``
         without a reranker configured: the fused order, as mem0).
         ``show_expired=True`` includes memories past their expiration date.

@@ -14,6 +14,7 @@ May call: :mod:`engramdb.flows.shared`, the effects, fusion
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
@@ -170,6 +171,19 @@ CHAIN_PASSES = 4
 """Times the supersession order is settled again for superseders of pulled-in memories."""
 
 
+def merge_deeper(head: list[Hit], deeper: list[Hit]) -> list[Hit]:
+    """``head`` with the hits only ``deeper`` found merged in by score.
+
+    Both lists come best first. ``head`` keeps its own order, and a hit of
+    ``deeper`` goes before a hit of ``head`` only when it scores strictly more,
+    so a tie keeps what the shallower pass settled (a superseder above what it
+    replaced), and the first result changes only for a hit that outscores it.
+    """
+    known = {h.row.id for h in head}
+    extra = (h for h in deeper if h.row.id not in known)
+    return list(heapq.merge(head, extra, key=lambda h: -h.score))
+
+
 def mem0_details(explain: dict[str, Any], score: float) -> dict[str, Any]:
     """``score_details``: engramdb's parts, and the same under mem0's key names.
 
@@ -246,40 +260,87 @@ class ReadFlows(FlowState):
                 spoken=spoken,
             )
 
-        # The first ORDER_DEPTH results are settled on ORDER_DEPTH hits whatever
-        # top_k is (a superseder found below the cut still lifts over what it
-        # replaces), so they never depend on top_k; a deeper top_k appends what a
-        # deeper pass finds after them (not reranked: one LLM call a search).
+        # The first ORDER_DEPTH hits are settled on ORDER_DEPTH hits whatever top_k
+        # is (a superseder found below the cut still lifts over what it replaces).
+        # A deeper top_k merges in what a deeper pass finds (not reranked: one LLM
+        # call a search) where its scores put it: results stay sorted by score.
         hits, supers = yield from ordered(ORDER_DEPTH)
         if k > ORDER_DEPTH:
             deeper, more = yield from ordered(k, False)
-            head = {h.row.id for h in hits}
-            hits = hits + [h for h in deeper if h.row.id not in head]
+            hits = merge_deeper(hits, deeper)
             supers = {**more, **supers}
-        hits = hits[:k]
+        hits = [h for h in hits[:k] if thr is None or h.score >= thr]
+        links: dict[str, list[MemoryRow]] = {}
+        if expand_links:
+            links, more = yield from self._expanded(
+                hits,
+                scope,
+                where,
+                at,
+                include_expired=bool(show_expired) or at is not None,
+                include_superseded=bool(include_superseded),
+            )
+            supers = {**more, **supers}
         found: list[tuple[MemoryRow, dict[str, Any]]] = []
-        seen = {h.row.id for h in hits}
         for hit in hits:
-            score = hit.score
-            if thr is not None and score < thr:
-                continue
             out: dict[str, Any] = {
-                "score": score,
+                "score": hit.score,
                 "superseded_by": [r.id for r in supers.get(hit.row.id, ())],
             }
             if explain:
-                out["score_details"] = mem0_details(hit.explain, score)
+                out["score_details"] = mem0_details(hit.explain, hit.score)
             found.append((hit.row, out))
-            if expand_links:
-                for linked_id in hit.row.linked_ids:
-                    if linked_id in seen:
-                        continue
-                    seen.add(linked_id)
-                    linked = self._seen((yield from store_call(Store.get, linked_id)), scope)
-                    if linked is not None:
-                        found.append((linked, {"score": score, "linked_from": hit.row.id}))
+            for linked in links.get(hit.row.id, ()):
+                # A linked memory carries the score of the hit that led to it.
+                extra = {
+                    "score": hit.score,
+                    "superseded_by": [r.id for r in supers.get(linked.id, ())],
+                    "linked_from": hit.row.id,
+                }
+                found.append((linked, extra))
         shown = yield from self._linkable([row for row, _ in found])
         return {"results": [{**item(row, shown), **extra} for row, extra in found]}
+
+    def _expanded(
+        self,
+        hits: Sequence[Hit],
+        scope: Scope,
+        where: Node | None,
+        at: str | None,
+        *,
+        include_expired: bool,
+        include_superseded: bool,
+    ) -> Flow[tuple[dict[str, list[MemoryRow]], dict[str, list[MemoryRow]]]]:
+        """``expand_links``: each hit's linked memories that the search itself may return.
+
+        A linked memory passes what a hit passes: the caller's scope, the
+        filters, ``as_of`` (stated by then), expiry (unless shown) and, with
+        ``include_superseded=False``, supersession; each memory comes once,
+        after the first hit linking it. Returns the linked memories by hit id,
+        and the superseders of those that have one.
+        """
+        moment = at or utc_now()
+        seen = {h.row.id for h in hits}
+        picked: dict[str, list[MemoryRow]] = {}
+        for hit in hits:
+            for linked_id in hit.row.linked_ids:
+                if linked_id in seen:
+                    continue
+                seen.add(linked_id)
+                row = self._seen((yield from store_call(Store.get, linked_id)), scope)
+                if row is None or (where is not None and not evaluate(where, record_of(row))):
+                    continue
+                if not include_expired and not holds_at(row, moment):
+                    continue
+                picked.setdefault(hit.row.id, []).append(row)
+        rows = [row for group in picked.values() for row in group]
+        supers = (yield from self._superseders(rows, scope, at)) if rows else {}
+        if not include_superseded:
+            picked = {
+                hit_id: [row for row in group if row.id not in supers]
+                for hit_id, group in picked.items()
+            }
+        return picked, supers
 
     def get(self, memory_id: object) -> Flow[dict[str, Any] | None]:
         """``Memory.get``."""
