@@ -217,6 +217,10 @@ def test_asks_previous(question: str, previous: bool) -> None:
         ("How does Nate describe the stuffed animal?", False),
         ("How does Ines keep fit these days?", True),
         ("How old is Dana?", True),
+        # Contractions are the same question ("what's" is "what is").
+        ("What's my address?", True),
+        ("Who\u2019s Dana seeing?", True),
+        ("Who's been Dana's dentist?", False),
     ],
 )
 def test_asks_present(question: str, present: bool) -> None:

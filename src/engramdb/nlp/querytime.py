@@ -273,10 +273,11 @@ _PRESENT_MARK = re.compile(
     re.IGNORECASE,
 )
 _PRESENT_FORM = re.compile(
-    r"^\W*(?:(?:what|which|where|who|whom|whose|how)\b[^?.!]{0,40}?\b"
-    r"(?:is|are|does|do|has|have)\b|(?:is|are|does|do|has|have)\b)",
+    r"^\W*(?:(?:what|which|where|who|whom|whose|how)(?:['\u2019](?:s|re)\b|\b[^?.!]{0,40}?\b"
+    r"(?:is|are|does|do|has|have)\b)|(?:is|are|does|do|has|have)\b)",
     re.IGNORECASE,
 )
+"""A present-tense question: "Where does Dana live?", "What's her address?"."""
 _PAST_MARK = re.compile(
     r"\b(?:did|was|were|had|been|ago|last|once|ever|went|used|earlier|first|originally)\b",
     re.IGNORECASE,
