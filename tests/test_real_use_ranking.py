@@ -221,6 +221,12 @@ def test_asks_previous(question: str, previous: bool) -> None:
         ("What's my address?", True),
         ("Who\u2019s Dana seeing?", True),
         ("Who's been Dana's dentist?", False),
+        # A question inside a request takes the inner clause's tense.
+        ("Any idea where Maya is based?", True),
+        ("Can you tell me what Sofia's phone number is?", True),
+        ("Do you know where Dana lived?", False),
+        ("Do you remember which car Sofia drove?", False),
+        ("Do you know where Dana lives?", False),  # no auxiliary to read: not claimed
     ],
 )
 def test_asks_present(question: str, present: bool) -> None:

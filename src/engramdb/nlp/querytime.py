@@ -272,12 +272,24 @@ _PRESENT_MARK = re.compile(
     r"still|anymore|any more|today)\b",
     re.IGNORECASE,
 )
+_WH_PRESENT = (
+    r"(?:what|which|where|who|whom|whose|how)(?:['\u2019](?:s|re)\b|\b[^?.!]{0,40}?\b"
+    r"(?:is|are|does|do|has|have)\b)"
+)
 _PRESENT_FORM = re.compile(
-    r"^\W*(?:(?:what|which|where|who|whom|whose|how)(?:['\u2019](?:s|re)\b|\b[^?.!]{0,40}?\b"
-    r"(?:is|are|does|do|has|have)\b)|(?:is|are|does|do|has|have)\b)",
+    rf"^\W*(?:{_WH_PRESENT}|(?:is|are|does|do|has|have)\b)",
     re.IGNORECASE,
 )
 """A present-tense question: "Where does Dana live?", "What's her address?"."""
+_ASKING = re.compile(
+    r"^\W*(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?(?:tell|remind)\s+me|"
+    r"(?:do|does)\s+(?:you|anyone)\s+(?:know|remember|recall)|any\s+idea|"
+    r"(?:please\s+)?(?:tell|remind)\s+me|i\s+(?:wonder|forget))\b[\s,:]*",
+    re.IGNORECASE,
+)
+"""A question put inside a request ("Do you know where Dana lives?", "Any idea where
+Maya is based?"): its tense is the inner clause's, which has no auxiliary up front."""
+_INNER_FORM = re.compile(rf"^\W*{_WH_PRESENT}", re.IGNORECASE)
 _PAST_MARK = re.compile(
     r"\b(?:did|was|were|had|been|ago|last|once|ever|went|used|earlier|first|originally)\b",
     re.IGNORECASE,
@@ -305,4 +317,9 @@ def asks_present(query: str) -> bool:
         return _TIME_WORDS.search(_PRESENT_MARK.sub(" ", query)) is None
     if _MANNER.search(query):
         return False  # how someone does something, not which value holds
+    inner = _ASKING.sub("", query, count=1)
+    if inner != query:
+        # "Do you know where Dana lived?" is past, though it opens with "do": only an
+        # inner clause with its own present form says now ("... where Maya is based").
+        return _INNER_FORM.search(inner) is not None and not mentions_time(query)
     return _PRESENT_FORM.search(query) is not None and not mentions_time(query)
