@@ -18,6 +18,7 @@ from engramdb.core.records import TermStats
 from engramdb.embedders.local import LocalEmbedder
 from engramdb.nlp import index_terms, query_terms
 from engramdb.nlp.terms import split_attribute_terms, with_attribute_terms
+from engramdb.owner import scope_owner
 from engramdb.search import FusionConfig, query_embedding_text
 from engramdb.stores.kernel.erasure import ErasurePlan, Reindex, reindexed_terms
 
@@ -410,3 +411,56 @@ def test_an_owner_named_by_one_fact_is_the_store_s_person_a_place_is_not(
     assert top["memory"].startswith("Had Metallica")
     assert top["score_details"]["owner"] == ["omar"]
     m.close()
+
+
+_DANA = [
+    "I live in Lisbon with my partner Sam.",
+    "I work as a nurse at the children's hospital.",
+    "My dog is a greyhound called Pepper.",
+]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def first_person(
+    request: pytest.FixtureRequest, tmp_path: Path, embedder: LocalEmbedder
+) -> Iterator[Memory]:
+    """Dana's facts in the first person, under user_id "dana" and under "u7"."""
+    m = _memory(request, tmp_path / "d.db", embedder, {})
+    for user in ("dana", "u7"):
+        m.add([{"role": "user", "content": t} for t in _DANA], user_id=user, infer=False)
+    yield m
+    m.close()
+
+
+def test_the_user_id_s_name_asks_what_the_user_asks(first_person: Memory) -> None:
+    # No fact names Dana, so nothing read can say she is the store's person; the
+    # user_id does. Her name then says who, as "the user" does: the same vector,
+    # the same scores (the right answer: 0.13, against 0.03 with the name in the vector).
+    m = first_person
+    for named, plain in (
+        ("Where does Dana live?", "Where does the user live?"),
+        ("What is Dana's job?", "What is the user's job?"),
+    ):
+        got = m.search(named, user_id="dana", explain=True)["results"]
+        want = m.search(plain, user_id="dana")["results"]
+        assert [(r["id"], r["score"]) for r in got] == [(r["id"], r["score"]) for r in want]
+        assert got[0]["score_details"]["owner"] == ["dana"]
+    top = m.search("Where does Dana live?", user_id="dana")["results"][0]
+    assert top["memory"].startswith("I live in Lisbon")
+    # Under another user id the name is only a name: nothing makes it the owner.
+    other = m.search("Where does Dana live?", user_id="u7", explain=True)["results"][0]
+    assert "owner" not in other["score_details"]
+    assert other["score"] < top["score"] / 2, (other["score"], top["score"])
+
+
+def test_scope_owner_takes_a_person_the_user_id_names() -> None:
+    dana = frozenset({"dana"})
+    assert scope_owner("Where does Dana live?", ["dana"], dana) == {"dana"}
+    assert scope_owner("Where does Dana Reyes live?", ["dana reyes"], dana) == frozenset()
+    both = frozenset({"dana", "reyes"})
+    assert scope_owner("Where does Dana Reyes live?", ["dana reyes"], both) == {"dana reyes"}
+    # A place, a bare name, or a name the user id does not hold is not the owner.
+    paris = frozenset({"paris"})
+    assert scope_owner("What is on in Paris this week?", ["paris"], paris) == frozenset()
+    assert scope_owner("Dana", ["dana"], dana) == frozenset()
+    assert scope_owner("Where does Sam live?", ["sam"], dana) == frozenset()

@@ -106,6 +106,24 @@ def _dump(group: str, fold: str, gold_first: bool, answerable: bool = True) -> Q
     )
 
 
+def test_owner_shape_is_the_facts_in_the_first_person_under_first_names() -> None:
+    users = retrieval.load_facts()
+    owned = retrieval.as_owner(users)
+    assert [u["id"] for u in owned] == [u["first_name"].lower() for u in users]
+    for user, mine in zip(users, owned, strict=True):
+        first = {f["id"] for f in user["facts"] if f["voice"] == "first"}
+        assert {f["id"] for f in mine["facts"]} == first
+        for q in mine["questions"]:
+            assert set(q["gold"]) <= first
+            assert bool(q["gold"]) == q["answerable"]
+        # Only questions answered by summaries alone are left out.
+        left = {q["id"] for q in user["questions"]} - {q["id"] for q in mine["questions"]}
+        for q in user["questions"]:
+            if q["id"] in left:
+                assert q["answerable"] and not set(q["gold"]) & first
+    assert sum(len(u["questions"]) for u in owned) < sum(len(u["questions"]) for u in users)
+
+
 def test_metrics_by_hand() -> None:
     dumps = [
         _dump("a", "fold0", True),
@@ -218,6 +236,10 @@ def test_tiny_run_every_shape(
         # Six turns / two observations per conversation: everything is in the top 10.
         assert o["any@10"] == 1.0
     assert report["shapes"]["locomo"]["overall"]["questions"] == 6
+    # The opt-in shape runs only when named, and dumps under its own name.
+    owner = retrieval.run(shapes=["owner"], users=2, questions=4, folds=1, embedder=embedder)
+    assert list(owner["shapes"]) == ["owner"]
+    assert owner["shapes"]["owner"]["overall"]["questions"] > 0
     assert "skipped" in report["mem0"]
     lines = [json.loads(line) for line in dump.read_text().splitlines()]
     assert len(lines) == sum(b["overall"]["questions"] for b in report["shapes"].values())

@@ -38,7 +38,7 @@ from engramdb.nlp.entities import normalize_entity
 from engramdb.nlp.subjects import opening_name
 from engramdb.nlp.terms import query_terms
 
-__all__ = ["OWNER_MIN", "owner_names"]
+__all__ = ["OWNER_MIN", "owner_names", "scope_owner"]
 
 OWNER_MIN: Final = 1
 """The fewest candidates a name must open as their subject to be the store's own person."""
@@ -110,6 +110,24 @@ def owner_names(
     if name in actors or _said_of(name, candidates) or not _as_person(query, name):
         return frozenset()
     return frozenset({name})
+
+
+def scope_owner(query: str, names: Iterable[str], person: frozenset[str]) -> frozenset[str]:
+    """The query's names that are the scope's own person by its ``user_id``.
+
+    ``names``: the query's entity keys (:func:`engramdb.search.query_names`);
+    ``person``: the words of the search's ``user_id``
+    (:func:`engramdb.search.subject_terms` without "user"). A search of
+    ``user_id="dana"`` asking "Where does Dana live?" asks about the scope's
+    own person, as "Where does the user live?" does:
+    known before anything is read, so the first query vector is already the
+    name-free one. :func:`owner_names` reads the same from the candidates when
+    some of them name the person; in a store of first-person facts ("I live
+    in Lisbon") none does, and the name stayed in the query's vector. A name
+    is taken when every word of it is a word of the ``user_id`` and the query
+    names it as a person (not "in Paris", and with more to ask).
+    """
+    return frozenset(n for n in names if n and set(n.split()) <= person and _as_person(query, n))
 
 
 _FIRST = re.compile(r"[^\W\d_]+")

@@ -23,6 +23,10 @@ or call :func:`run`. No LLM, no network: the local embedding model only.
   ``linked`` mode (gold facts, one add each, linked ``updates`` to what they
   replace); its "current" questions asked the day after the conversation's last
   session; gold = the facts stating the current value.
+- ``owner`` (opt-in: ``--shapes owner``): the ``facts`` set as an app that
+  names its users by their first name stores it: ``user_id="priya"``, only the
+  first-person facts (questions whose gold is only a summary are left out), so
+  no stored fact names the person a named question asks about.
 - ``extracted``: LoCoMo dev's ``observation`` facts (one memory per fact, scope =
   the conversation, attributed to its speaker, the session date as timestamp):
   the shape of LLM-extracted facts. A question's gold = the observations citing
@@ -82,6 +86,7 @@ __all__ = [
     "BINS",
     "DEFAULT_FACTS",
     "MEM0_ENV",
+    "OPT_IN_SHAPES",
     "SHAPES",
     "THRESHOLD",
     "FusionParams",
@@ -104,6 +109,8 @@ __all__ = [
 ]
 
 SHAPES: Final = ("facts", "locomo", "updates", "extracted")
+OPT_IN_SHAPES: Final = ("owner",)
+"""Shapes run only when named: a variant of another, not a part of the default mix."""
 TOP_K: Final = 30
 FOLDS: Final = 5
 THRESHOLD: Final = 0.3
@@ -350,6 +357,28 @@ def _fusion(settings: Mapping[str, Any]) -> FusionConfig:
     return FusionConfig.model_validate(settings.get("retrieval") or {})
 
 
+def as_owner(people: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``owner`` shape's users: id = first name, first-person facts only.
+
+    Gold ids that were summaries are dropped; an answerable question left
+    without gold is left out (unanswerable questions stay).
+    """
+    out: list[dict[str, Any]] = []
+    for user in people:
+        facts = [f for f in user["facts"] if f["voice"] == "first"]
+        kept = {f["id"] for f in facts}
+        asked = []
+        for q in user["questions"]:
+            gold = [g for g in q["gold"] if g in kept]
+            if q["answerable"] and not gold:
+                continue
+            asked.append({**q, "gold": gold})
+        out.append({**user, "id": user["first_name"].lower(), "facts": facts, "questions": asked})
+    if len({u["id"] for u in out}) != len(out):
+        raise ValueError("the owner shape needs every user's first name to differ")
+    return out
+
+
 def load_facts(path: str | Path | None = None) -> list[dict[str, Any]]:
     """The users of a personal-facts file (format 1; default :data:`DEFAULT_FACTS`)."""
     raw = json.loads(Path(path or DEFAULT_FACTS).read_text("utf-8"))
@@ -369,29 +398,35 @@ def shape_facts(
     questions: int | None = None,
     data: str | Path | None = None,
     say: Say = lambda _m: None,
+    shape: str = "facts",
 ) -> tuple[list[QueryDump], dict[str, Any]]:
-    """Store every user's facts one add each, search every question; dumps and timings."""
+    """Store every user's facts one add each, search every question; dumps and timings.
+
+    ``shape="owner"``: the users as :func:`as_owner` makes them.
+    """
     people = load_facts(data)[:users]
+    if shape == "owner":
+        people = as_owner(people)
     dumps: list[QueryDump] = []
     t0 = time.perf_counter()
     with Memory(db, dict(settings) or None, embedder=embedder) as memory:
         ids: dict[str, str] = {}  # fact id -> memory id
         for n, user in enumerate(people, 1):
-            say(f"facts: storing {user['id']} ({n}/{len(people)})")
+            say(f"{shape}: storing {user['id']} ({n}/{len(people)})")
             for fact in user["facts"]:
                 out = memory.add(
                     fact["text"], user_id=user["id"], infer=False, timestamp=fact["timestamp"]
                 )
                 ids[fact["id"]] = out["results"][0]["id"]
         t1 = time.perf_counter()
-        say("facts: searching")
+        say(f"{shape}: searching")
         for user in people:
             for q in user["questions"][:questions]:
                 gold = tuple(ids[g] for g in q["gold"])
                 found = memory.search(q["text"], user_id=user["id"], top_k=top_k, explain=True)
                 dumps.append(
                     QueryDump(
-                        "facts",
+                        shape,
                         user["id"],
                         q["id"],
                         q["text"],
@@ -709,9 +744,11 @@ def run(
     bare ``retrieval`` section); ``train`` a fusion trainer for :func:`run_folds`.
     """
     say = progress or (lambda _m: None)
-    unknown = [s for s in shapes if s not in SHAPES]
+    unknown = [s for s in shapes if s not in (*SHAPES, *OPT_IN_SHAPES)]
     if unknown or not shapes:
-        raise ValueError(f"shapes must be among {', '.join(SHAPES)}, got {list(shapes)!r}")
+        raise ValueError(
+            f"shapes must be among {', '.join((*SHAPES, *OPT_IN_SHAPES))}, got {list(shapes)!r}"
+        )
     if top_k < 1 or folds < 1:
         raise ValueError("top_k and folds must be at least 1")
     settings = _settings(config)
@@ -722,7 +759,7 @@ def run(
         for shape in shapes:
             db = Path(tmp) / f"{shape}.db"
             started = time.perf_counter()
-            if shape == "facts":
+            if shape in ("facts", "owner"):
                 dumps, info = shape_facts(
                     db,
                     settings=settings,
@@ -732,6 +769,7 @@ def run(
                     questions=questions,
                     data=facts,
                     say=say,
+                    shape=shape,
                 )
             elif shape == "locomo":
                 dumps, info = shape_locomo(

@@ -454,7 +454,9 @@ def bench_retrieval(
             help=(
                 "Comma-separated shapes: 'facts' (personal facts, one add each), 'locomo' "
                 "(LoCoMo turns verbatim), 'updates' (knowledge-update facts, linked) and "
-                "'extracted' (LoCoMo observation facts); default all."
+                "'extracted' (LoCoMo observation facts); default those four. 'owner' (only "
+                "when named): the personal facts in the first person only, each user's "
+                "first name as user_id."
             ),
         ),
     ] = "facts,locomo,updates,extracted",
@@ -548,10 +550,11 @@ def bench_retrieval(
         from engramdb_bench import retrieval as bench
 
     chosen = [s.strip() for s in shapes.split(",") if s.strip()]
-    bad = [s for s in chosen if s not in bench.SHAPES]
+    known = (*bench.SHAPES, *bench.OPT_IN_SHAPES)
+    bad = [s for s in chosen if s not in known]
     if bad or not chosen:
         raise typer.BadParameter(
-            f"must be a comma-separated list of {', '.join(bench.SHAPES)}", param_hint="--shapes"
+            f"must be a comma-separated list of {', '.join(known)}", param_hint="--shapes"
         )
     if ("locomo" in chosen or "extracted" in chosen) and data is None:
         data = _locomo(data)

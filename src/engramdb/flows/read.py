@@ -75,7 +75,7 @@ from engramdb.nlp.querytime import (
     before_what,
     topic_words,
 )
-from engramdb.owner import owner_names
+from engramdb.owner import owner_names, scope_owner
 from engramdb.rewrite import looks_multipart, merge_hits, rewrite_query
 from engramdb.search import (
     FusionConfig,
@@ -239,7 +239,24 @@ class ReadFlows(FlowState):
         spoken = (
             (yield from self._speakers(scope, text)) if self.fusion.speaker_names else frozenset()
         )
-        said = name_free_query(text, spoken, SPEAKER_STAND_IN) if spoken else text
+        # A question naming the scope's own person by its user_id ("Where does Dana
+        # live?" in user_id="dana") asks what "the user" questions ask (owner.py).
+        owned = (
+            scope_owner(
+                text,
+                query_names(text, self.fusion),
+                subject_terms(scope.user_id) - subject_terms(None),
+            )
+            if self.fusion.owner_names and not spoken and scope.user_id
+            else frozenset()
+        )
+        said = (
+            name_free_query(text, spoken, SPEAKER_STAND_IN)
+            if spoken
+            else name_free_query(text, owned)
+            if owned
+            else text
+        )
         vec = yield EmbedQuery(query_embedding_text(said, self.fusion))
         subqueries = yield from self._rewrite(text)
 
@@ -258,6 +275,7 @@ class ReadFlows(FlowState):
                 at=at,
                 include_superseded=bool(include_superseded),
                 spoken=spoken,
+                owned=owned,
             )
 
         # The first ORDER_DEPTH hits are settled on ORDER_DEPTH hits whatever top_k
@@ -639,10 +657,12 @@ class ReadFlows(FlowState):
         at: str | None,
         include_superseded: bool,
         spoken: frozenset[str] = frozenset(),
+        owned: frozenset[str] = frozenset(),
     ) -> Flow[tuple[list[Hit], dict[str, list[MemoryRow]]]]:
         """``depth`` hits in their final order (fusion, levers, chains), and their superseders.
 
-        ``spoken``: the speakers the question names (:meth:`_speakers`); ``vec``
+        ``spoken``: the speakers the question names (:meth:`_speakers`);
+        ``owned``: the scope's own person it names (``owner.scope_owner``); ``vec``
         is then the vector of its name-free text.
         """
         hits = yield from self._hybrid(
@@ -656,6 +676,7 @@ class ReadFlows(FlowState):
             include_expired=include_expired,
             now=at,
             spoken=spoken,
+            owned=owned,
         )
         # Read the question's tense only for a lever that uses it (both off by default).
         present = (
@@ -767,12 +788,15 @@ class ReadFlows(FlowState):
         include_expired: bool = False,
         now: str | None = None,
         spoken: frozenset[str] = frozenset(),
+        owned: frozenset[str] = frozenset(),
     ) -> Flow[list[Hit]]:
         """Candidates from every signal, fused (search.py); reranked if configured.
 
         ``now`` (the search's ``as_of``, else the present) resolves relative
         times of the query for the time lever. ``subqueries`` (text, vector)
         from the query-rewrite lever are searched too and merged (rewrite.py).
+        ``owned``: the scope's own person the query names by the ``user_id``
+        (``vec`` is already the name-free question's), searched as the owner.
         """
         cfg = self.fusion
         subject = subject_terms(scope.user_id)
@@ -794,11 +818,17 @@ class ReadFlows(FlowState):
                     scope, where, whole_vec, whole_plan, n, include_expired
                 )
                 candidates = speaker_candidates(whole, candidates, spoken)
+        elif owned:
+            plan = self._plan(query, subject | speaker_terms(owned), vec)
+            plan = replace(plan, owners=owned, personal=True)
+            candidates = yield from self._candidates(scope, where, vec, plan, n, include_expired)
         else:
             plan = self._plan(query, subject, vec)
             candidates = yield from self._candidates(scope, where, vec, plan, n, include_expired)
         owners = (
-            owner_names(plan.names, candidates, query) if cfg.owner_names and not spoken else None
+            owner_names(plan.names, candidates, query)
+            if cfg.owner_names and not spoken and not owned
+            else None
         )
         if owners:
             # The query names the store's own person: search again without the
