@@ -467,7 +467,9 @@ class FusionConfig(BaseModel):
     """A query naming the store's own person (the name opening most of the candidates
     as their subject, nobody's ``actor_id``: :mod:`engramdb.owner`) is searched again
     without the name as a keyword, entity key or in its vector; costs a second query
-    embedding and candidate read for such queries."""
+    embedding and candidate read for such queries. A name the search's ``user_id``
+    spells ("Dana" in ``user_id="dana"``: ``owner.scope_owner``) is the owner from
+    the start: one name-free embedding, no second read."""
     attribute_weight: float = Field(default=0.5, ge=0)
     """The weight of the attribute part (0: off): how much the attributes a
     memory's vector is about agree with those the question's vector asks
