@@ -464,3 +464,11 @@ def test_scope_owner_takes_a_person_the_user_id_names() -> None:
     assert scope_owner("What is on in Paris this week?", ["paris"], paris) == frozenset()
     assert scope_owner("Dana", ["dana"], dana) == frozenset()
     assert scope_owner("Where does Sam live?", ["sam"], dana) == frozenset()
+    # A name of the user id that the question does not write as a name, or a time.
+    assert scope_owner("Dana's job?", ["dana"], dana) == {"dana"}
+    assert scope_owner("where does dana live", ["dana"], dana) == frozenset()
+    assert scope_owner("Will I need a visa?", ["will"], frozenset({"will"})) == frozenset()
+    assert scope_owner("Did I mark the calendar?", ["mark"], frozenset({"mark"})) == frozenset()
+    assert scope_owner("Did Mark call?", ["mark"], frozenset({"mark"})) == {"mark"}
+    june = frozenset({"june"})
+    assert scope_owner("What are my plans for June?", ["june"], june) == frozenset()

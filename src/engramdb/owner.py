@@ -35,6 +35,7 @@ from typing import Final
 
 from engramdb.core.records import Candidate
 from engramdb.nlp.entities import normalize_entity
+from engramdb.nlp.querytime import mentions_time
 from engramdb.nlp.subjects import opening_name
 from engramdb.nlp.terms import query_terms
 
@@ -119,15 +120,42 @@ def scope_owner(query: str, names: Iterable[str], person: frozenset[str]) -> fro
     ``person``: the words of the search's ``user_id``
     (:func:`engramdb.search.subject_terms` without "user"). A search of
     ``user_id="dana"`` asking "Where does Dana live?" asks about the scope's
-    own person, as "Where does the user live?" does:
-    known before anything is read, so the first query vector is already the
-    name-free one. :func:`owner_names` reads the same from the candidates when
-    some of them name the person; in a store of first-person facts ("I live
-    in Lisbon") none does, and the name stayed in the query's vector. A name
-    is taken when every word of it is a word of the ``user_id`` and the query
-    names it as a person (not "in Paris", and with more to ask).
+    own person, as "Where does the user live?" does: known before anything
+    is read, so the first query vector is already the name-free one.
+    :func:`owner_names` reads the same from the candidates when some of them
+    name the person; in a store of first-person facts ("I live in Lisbon")
+    none does, and the name stayed in the query's vector.
+
+    A name is taken when every word of it is a word of the ``user_id``, the
+    query writes it as a name (capitalised, and not as its first word unless
+    a possessive follows: "Will I need a visa?" or "Did I mark it?" in
+    ``user_id="will"`` or ``"mark"`` are not about the user by name), it is
+    no time ("my plans for June" in ``user_id="june"``), and the query names
+    it as a person (not "in Paris", and with more to ask).
     """
-    return frozenset(n for n in names if n and set(n.split()) <= person and _as_person(query, n))
+    return frozenset(
+        n
+        for n in names
+        if n
+        and set(n.split()) <= person
+        and not mentions_time(n)
+        and _written_as_name(query, n)
+        and _as_person(query, n)
+    )
+
+
+def _written_as_name(query: str, name: str) -> bool:
+    """Whether ``query`` writes ``name`` as a proper name.
+
+    Each word capitalised; as the query's first word only with a possessive
+    after it ("Dana's job?"): a first word is capitalised whatever it is.
+    """
+    words = r"\s+".join(re.escape(w[:1].upper() + w[1:]) for w in name.split())
+    for m in re.finditer(rf"(?<!\w){words}(?!\w)", query):
+        first = not query[: m.start()].strip(" \t\"'(\u201c")
+        if not first or re.match(r"['\u2019]", query[m.end() :]):
+            return True
+    return False
 
 
 _FIRST = re.compile(r"[^\W\d_]+")
