@@ -818,22 +818,18 @@ class ReadFlows(FlowState):
                     scope, where, whole_vec, whole_plan, n, include_expired
                 )
                 candidates = speaker_candidates(whole, candidates, spoken)
-        elif owned:
-            plan = self._plan(query, subject | speaker_terms(owned), vec)
-            plan = replace(plan, owners=owned, personal=True)
-            candidates = yield from self._candidates(scope, where, vec, plan, n, include_expired)
-        else:
+        elif not owned:
             plan = self._plan(query, subject, vec)
             candidates = yield from self._candidates(scope, where, vec, plan, n, include_expired)
-        owners = (
-            owner_names(plan.names, candidates, query)
-            if cfg.owner_names and not spoken and not owned
-            else None
+        # The store's own person: named by the user id (``owned``; ``vec`` is already
+        # the name-free question's), else read from the first candidates (owner.py).
+        owners = owned or (
+            owner_names(plan.names, candidates, query) if cfg.owner_names and not spoken else None
         )
         if owners:
-            # The query names the store's own person: search again without the
-            # name, as keyword, entity key and in the vector (owner.py).
-            vec = yield EmbedQuery(query_embedding_text(name_free_query(query, owners), cfg))
+            # Searched without the name, as keyword, entity key and in the vector.
+            if not owned:
+                vec = yield EmbedQuery(query_embedding_text(name_free_query(query, owners), cfg))
             plan = self._plan(query, subject | speaker_terms(owners), vec)
             plan = replace(plan, owners=owners, personal=True)
             candidates = yield from self._candidates(scope, where, vec, plan, n, include_expired)
